@@ -1,0 +1,2 @@
+"""Attention baselines, each registered in tmem_bench.registry.BACKBONES."""
+from . import transformer  # noqa: F401

@@ -1,0 +1,115 @@
+"""The task contract shared by every task family.
+
+A task samples batches (dicts of tensors with a "target" of shape (B, n_scored))
+from an explicit torch.Generator, owns a fixed evaluation set per level made from
+a reserved seed that training never uses, knows its chance level and ceiling, and
+builds the adapter that turns its batches into tokens and scored positions into
+logits. Backbones never see which task they serve.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import torch
+import torch.nn as nn
+
+from tmem_bench.errors import UsageError
+
+Batch = dict[str, torch.Tensor]
+Level = dict[str, float | int]
+
+# Training seeds are user seeds below 2**31; evaluation seeds live above 2**62, so
+# the two streams can never coincide.
+MAX_TRAIN_SEED = 2**31
+_EVAL_SEED_BASE = 2**62
+
+
+def level_key(level: Level) -> str:
+    return ",".join(f"{k}={v}" for k, v in level.items()) or "-"
+
+
+def fingerprint(batch: Batch) -> str:
+    """sha256 over every tensor of a batch, in key order, with dtypes and shapes."""
+    h = hashlib.sha256()
+    for key in sorted(batch):
+        t = batch[key].detach().cpu().contiguous()
+        h.update(f"{key}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def split_batch(batch: Batch, size: int):
+    n = batch["target"].shape[0]
+    for start in range(0, n, size):
+        yield {k: v[start:start + size] for k, v in batch.items()}
+
+
+class Adapter(nn.Module):
+    """Task-side input embedding and output head around a backbone."""
+
+    def forward(self, batch: Batch) -> torch.Tensor:  # (B, S, d)
+        raise NotImplementedError
+
+    def blocked(self, batch: Batch) -> torch.Tensor | None:
+        """(S, S) bool, True on attention edges the task forbids (memory-forcing variants)."""
+        return None
+
+    def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:  # (B, n_scored, n_classes)
+        raise NotImplementedError
+
+
+class Task:
+    name: str = ""
+    axes: tuple[str, ...] = ()
+    n_classes: int = 0
+
+    def options(self) -> dict:
+        """Task options that change the data or the model (recorded in every result)."""
+        return {}
+
+    def validate_level(self, level: Level) -> Level:
+        """Check a level's axes and values; return it with values cast to their types."""
+        if set(level) != set(self.axes):
+            raise UsageError(
+                f"task {self.name!r} has axes {list(self.axes) or 'none'}, got {sorted(level) or 'none'}"
+            )
+        return {axis: self._check_value(axis, level[axis]) for axis in self.axes}
+
+    def _check_value(self, axis: str, value):
+        raise NotImplementedError
+
+    def sample(self, level: Level, batch_size: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def make_adapter(self, d_model: int) -> Adapter:
+        raise NotImplementedError
+
+    def chance(self, level: Level) -> float:
+        """Accuracy of the best constant predictor."""
+        return 1.0 / self.n_classes
+
+    def ceiling(self, level: Level, batch: Batch) -> float:
+        """Best accuracy the information in `batch` allows (1.0 when the target is a function of the inputs)."""
+        return 1.0
+
+    def eval_seed(self, level: Level) -> int:
+        return _EVAL_SEED_BASE + zlib.crc32(f"{self.name}|{level_key(level)}".encode())
+
+    def eval_set(self, level: Level, size: int) -> tuple[Batch, str]:
+        """The fixed evaluation set of a level and its sha256 fingerprint."""
+        generator = torch.Generator().manual_seed(self.eval_seed(level))
+        batch = self.sample(level, size, generator)
+        return batch, fingerprint(batch)
+
+
+def check_int(axis: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not float(value).is_integer() or int(value) < minimum:
+        raise UsageError(f"{axis} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_float(axis: str, value, minimum: float = 0.0, maximum: float = float("inf")) -> float:
+    if isinstance(value, bool) or not minimum <= float(value) <= maximum:
+        raise UsageError(f"{axis} must be a number in [{minimum}, {maximum}], got {value!r}")
+    return float(value)

@@ -1,0 +1,170 @@
+"""The `tmem-bench` command."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # One line, exit 2, no usage dump: the same shape as every other bad-input error.
+        print(f"tmem-bench: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(text: str, what: str):
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{what}: {text!r} is not a number") from None
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def parse_levels(items: list[str]) -> dict[str, list]:
+    levels = {}
+    for item in items:
+        axis, sep, values = item.partition("=")
+        if not sep or not axis or not values:
+            raise UsageError(f"--level {item!r} is malformed; expected AXIS=V1,V2,... (for example n_writes=5,10)")
+        levels[axis] = [_number(v, f"--level {axis}") for v in values.split(",")]
+    return levels
+
+
+def parse_train_at(text: str | None):
+    if text is None or text == "each":
+        return text
+    out = {}
+    for item in text.split(","):
+        axis, sep, value = item.partition("=")
+        if not sep or not axis or not value:
+            raise UsageError(f"--train-at {text!r} is malformed; expected 'each' or AXIS=V[,AXIS=V...]")
+        out[axis] = _number(value, f"--train-at {axis}")
+    return out
+
+
+def parse_seeds(text: str | None):
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--seeds {text!r} is malformed; expected a count (3) or a list (0,1,2)") from None
+    if len(values) == 1:
+        if values[0] <= 0:
+            raise UsageError(f"--seeds count must be positive, got {values[0]}")
+        return list(range(values[0]))
+    return values
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tmem-bench", description="Diagnostic toy tasks for memory in sequence models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="train and evaluate every cell of a task (or 'all') under a profile")
+    run.add_argument("task", help="a task name (see `tmem-bench list`) or 'all'")
+    run.add_argument("--profile", default="quick", help="profile name or path to a TOML file (default: quick)")
+    run.add_argument("--models", help="comma-separated model names or module:attribute, replacing the profile's")
+    run.add_argument("--level", action="append", default=[], metavar="AXIS=V1,V2",
+                     help="levels of a sweep axis (repeatable); a model is then trained at each of them")
+    run.add_argument("--train-at", metavar="each|AXIS=V", help="train one model per level ('each') or at one level")
+    run.add_argument("--seeds", help="number of seeds (3) or a list of seeds (0,1,2)")
+    run.add_argument("--steps", type=positive, help="training steps per cell")
+    run.add_argument("--batch-size", type=positive, help="training batch size")
+    run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
+    run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
+
+    lst = sub.add_parser("list", help="tasks with their sweep axes and levels, models, profiles")
+    lst.add_argument("--params", action="store_true", help="also print each model's parameter count per task")
+    return parser
+
+
+def cmd_run(args) -> int:
+    import torch
+    from rich.console import Console
+
+    from .plan import Overrides, make_plan
+    from .runner import run_plan, summary_table
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
+    overrides = Overrides(
+        models=args.models.split(",") if args.models else None,
+        levels=parse_levels(args.level),
+        train_at=parse_train_at(args.train_at),
+        seeds=parse_seeds(args.seeds),
+        steps=args.steps,
+        batch_size=args.batch_size,
+    )
+    cells = make_plan(args.task, args.profile, overrides)
+    profile_stem = Path(args.profile).stem
+    run_dir = Path(args.out or f"runs/{args.task}-{profile_stem}")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"--out {str(run_dir)!r} exists and is not a directory")
+    settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
+    results = run_plan(cells, run_dir, device=args.device, settings=settings)
+    Console().print(summary_table(results))
+    print(f"results: {run_dir / 'results.csv'}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .plan import load_profile, profile_names
+    from .registry import backbone_names, get_task, task_names
+
+    console = Console()
+    profiles = {name: load_profile(name) for name in profile_names()}
+    tasks = Table(title="tasks")
+    for col in ("task", "axes", "classes", *profiles):
+        tasks.add_column(col)
+    for name in task_names():
+        task = get_task(name)
+        cols = []
+        for profile in profiles.values():
+            section = profile.get("tasks", {}).get(name)
+            cols.append("-" if section is None else "; ".join(
+                f"{a}: {', '.join(map(str, v))}" for a, v in section.get("levels", {}).items()) or "(no axis)")
+        tasks.add_row(name, ", ".join(task.axes) or "none", str(task.n_classes), *cols)
+    console.print(tasks)
+    console.print("models: " + ", ".join(backbone_names()))
+    table = Table(title="profiles")
+    table.add_column("profile")
+    table.add_column("description")
+    for name, profile in profiles.items():
+        table.add_row(name, profile.get("description", ""))
+    console.print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "list": cmd_list}[args.command](args)
+    except UsageError as e:
+        print(f"tmem-bench: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tmem-bench: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

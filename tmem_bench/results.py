@@ -1,0 +1,98 @@
+"""Cell results on disk: atomic JSON files, and the results table built from them."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def cell_path(run_dir: Path, cell_id: str) -> Path:
+    return Path(run_dir) / "cells" / f"{cell_id}.json"
+
+
+def read_cell(path: Path) -> dict:
+    """A stored cell result; ValueError names the file when it is unreadable or incomplete."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cell file {path} is unreadable: {e}") from None
+    if not isinstance(result, dict) or not {"cell_id", "cell", "eval"} <= set(result):
+        raise ValueError(f"cell file {path} is not a cell result")
+    return result
+
+
+def load_cells(run_dir: Path) -> tuple[list[dict], list[str]]:
+    """All readable cell results of a run, and one error line per unreadable file."""
+    results, errors = [], []
+    for path in sorted((Path(run_dir) / "cells").glob("*.json")):
+        try:
+            results.append(read_cell(path))
+        except ValueError as e:
+            errors.append(str(e))
+    return results, errors
+
+
+def rows(result: dict) -> list[dict]:
+    """One table row per evaluation level of a cell."""
+    cell = result["cell"]
+    out = []
+    for ev in result["eval"]:
+        row = {
+            "cell_id": result["cell_id"],
+            "task": cell["task"],
+            "variant": cell["variant"],
+            "model": cell["label"],
+            "backbone": cell["model"],
+            "seed": cell["seed"],
+            "train_level": ",".join(f"{k}={v}" for k, v in cell["train_level"].items()) or "-",
+            "level": ev["level_key"],
+            "trained_at_level": ev["level"] == cell["train_level"],
+            "accuracy": ev["accuracy"],
+            "accuracy_memory_off": ev.get("accuracy_memory_off"),
+            "chance": ev["chance"],
+            "ceiling": ev["ceiling"],
+            "n_eval": ev["n"],
+            "fingerprint": ev["fingerprint"],
+            "n_params": result.get("n_params"),
+            "wall_time_s": result.get("wall_time_s"),
+            "steps_per_s": result.get("steps_per_s"),
+            "steps": cell["train"]["steps"],
+            "causality": result.get("causality", {}).get("verdict"),
+            "device": result.get("device"),
+        }
+        for axis, value in ev["level"].items():
+            row[axis] = value
+        out.append(row)
+    return out
+
+
+def results_table(results: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([row for result in results for row in rows(result)])
+
+
+def load_results(run_dir) -> pd.DataFrame:
+    results, _ = load_cells(Path(run_dir))
+    return results_table(results)

@@ -1,0 +1,151 @@
+"""Train and evaluate one Cell. A cell needs nothing but its own description."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from . import __version__
+from .model import TaskModel
+from .plan import Cell
+from .probe import causality_probe
+from .registry import get_backbone, get_task
+from .tasks.base import Batch, level_key, split_batch
+
+EVAL_BATCH = 512
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _to(batch: Batch, device: torch.device) -> Batch:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def build_model(cell: Cell) -> TaskModel:
+    torch.manual_seed(cell.seed)
+    task = get_task(cell.task, **cell.task_options)
+    backbone = get_backbone(cell.model, **cell.model_options)
+    return TaskModel(task.make_adapter(cell.model_options["d_model"]), backbone)
+
+
+def loss_and_accuracy(model: TaskModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(batch)  # (B, n_scored, n_classes)
+    target = batch["target"]  # (B, n_scored)
+    loss = F.cross_entropy(logits.flatten(0, 1), target.flatten())
+    correct = (logits.argmax(-1) == target).float().mean()
+    return loss, correct
+
+
+@torch.no_grad()
+def evaluate(model: TaskModel, batch: Batch, device: torch.device) -> tuple[float, float]:
+    """Accuracy and loss on a whole evaluation set."""
+    model.eval()
+    n = total_loss = total_correct = 0.0
+    for part in split_batch(batch, EVAL_BATCH):
+        part = _to(part, device)
+        loss, acc = loss_and_accuracy(model, part)
+        k = part["target"].numel()
+        total_loss += loss.item() * k
+        total_correct += acc.item() * k
+        n += k
+    return total_correct / n, total_loss / n
+
+
+def run_cell(
+    cell: Cell,
+    device: str | torch.device = "cpu",
+    on_step: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Train one cell from scratch and return its JSON-ready result."""
+    device = resolve_device(device) if isinstance(device, str) else device
+    start = time.perf_counter()
+    task = get_task(cell.task, **cell.task_options)
+    model = build_model(cell).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_backbone_params = sum(p.numel() for p in model.backbone.parameters())
+    train = cell.train
+
+    generator = torch.Generator().manual_seed(cell.seed)
+    probe_batch = _to(task.sample(cell.train_level, 1, torch.Generator().manual_seed(cell.seed)), device)
+    seq_len = model.adapter(probe_batch).shape[1]
+    blocked = model.adapter.blocked(probe_batch)
+    causality = causality_probe(
+        model.backbone, cell.model_options["d_model"], seq_len, blocked=blocked, seed=cell.seed, device=device
+    )
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
+    gate_init = model.gate_values()
+    history = []
+    model.train()
+    window_start, window_steps = time.perf_counter(), 0
+    window_loss = window_acc = 0.0
+    for step in range(1, train["steps"] + 1):
+        batch = _to(task.sample(cell.train_level, train["batch_size"], generator), device)
+        loss, acc = loss_and_accuracy(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
+        optimizer.step()
+        window_loss += loss.detach()
+        window_acc += acc.detach()
+        window_steps += 1
+        if step % train["log_every"] == 0 or step == train["steps"]:
+            now = time.perf_counter()
+            history.append({
+                "step": step,
+                "loss": (window_loss / window_steps).item(),
+                "train_acc": (window_acc / window_steps).item(),
+                "steps_per_s": window_steps / (now - window_start),
+                "gates": model.gate_values(),
+            })
+            window_start, window_steps = now, 0
+            window_loss = window_acc = 0.0
+        if on_step is not None:
+            on_step(step, train["steps"])
+    train_time = time.perf_counter() - start
+
+    evals = []
+    for level in cell.eval_levels:
+        eval_batch, fp = task.eval_set(level, train["eval_size"])
+        accuracy, eval_loss = evaluate(model, eval_batch, device)
+        accuracy_off = None
+        if model.gated:
+            with model.memory_disabled():
+                accuracy_off, _ = evaluate(model, eval_batch, device)
+        evals.append({
+            "level": level,
+            "level_key": level_key(level),
+            "accuracy": accuracy,
+            "accuracy_memory_off": accuracy_off,
+            "loss": eval_loss,
+            "chance": task.chance(level),
+            "ceiling": task.ceiling(level, eval_batch),
+            "n": eval_batch["target"].numel(),
+            "fingerprint": fp,
+        })
+
+    return {
+        "schema": 1,
+        "cell_id": cell.id,
+        "cell": asdict(cell),
+        "tmem_bench_version": __version__,
+        "torch_version": torch.__version__,
+        "device": str(device),
+        "n_params": n_params,
+        "n_backbone_params": n_backbone_params,
+        "wall_time_s": time.perf_counter() - start,
+        "train_time_s": train_time,
+        "steps_per_s": train["steps"] / train_time,
+        "causality": causality,
+        "gate_init": gate_init,
+        "gates_final": model.gate_values(),
+        "history": history,
+        "eval": evals,
+    }
