@@ -104,11 +104,49 @@ def _variant_name(task_name: str, options: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(changed.items())) or "standard"
 
 
+VARIANT_KEYS = ("levels", "train_at", "train")
+
+
 def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]:
+    """Cells of one task. A profile section may list `variants`: tables of task
+    options that may also override the section's `levels`, `train_at` and `train`."""
     section = profile.get("tasks", {}).get(task_name)
     if section is None:
         raise UsageError(f"task {task_name!r} is not in this profile; it has: {', '.join(profile.get('tasks', {}))}")
-    train = {**profile.get("train", {}), **section.get("train", {})}
+    get_task(task_name)  # an unknown task fails here, before its settings are read
+    models = _model_entries(section["models"] if overrides.models is None else overrides.models)
+    size = dict(section.get("model", {}))
+    for key in MODEL_SIZE_KEYS:
+        _positive_int(key, size.get(key))
+    for name, _, options in models:
+        check_model(name, {**size, **options})
+
+    cells = []
+    for variant in section.get("variants", [{}]):
+        task_options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
+        try:
+            task = get_task(task_name, **task_options)
+        except TypeError as e:
+            raise UsageError(f"task {task_name!r}: {e}") from None
+        merged = {
+            "train": {**profile.get("train", {}), **section.get("train", {}), **variant.get("train", {})},
+            "levels": {**section.get("levels", {}), **variant.get("levels", {})},
+            "train_at": {**section.get("train_at", {}), **variant.get("train_at", {})},
+        }
+        train, seeds = _train_settings(merged["train"], overrides)
+        eval_levels, train_levels = _levels(task, merged["levels"], merged["train_at"], overrides)
+        name = _variant_name(task_name, task.options())
+        for (model, label, options), level, seed in itertools.product(models, train_levels, seeds):
+            cells.append(Cell(
+                task=task_name, task_options=task.options(), variant=name,
+                train_level=level, eval_levels=eval_levels,
+                model=model, label=label, model_options={**size, **options},
+                seed=seed, train=dict(train),
+            ))
+    return cells
+
+
+def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]:
     missing = [k for k in TRAIN_KEYS if k not in train]
     if missing:
         raise UsageError(f"profile lacks training settings {missing}")
@@ -118,59 +156,37 @@ def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]
         train["batch_size"] = overrides.batch_size
     for key in ("steps", "batch_size", "log_every", "eval_size"):
         _positive_int(key, train[key])
-    seeds = overrides.seeds if overrides.seeds is not None else train.pop("seeds", [0])
-    train.pop("seeds", None)
+    seeds = overrides.seeds if overrides.seeds is not None else train.get("seeds", [0])
     for seed in seeds:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_TRAIN_SEED:
             raise UsageError(f"seed must be an integer in [0, {MAX_TRAIN_SEED}), got {seed!r}")
-    train = {k: train[k] for k in TRAIN_KEYS}
+    return {k: train[k] for k in TRAIN_KEYS}, list(seeds)
 
-    variants = section.get("variants", [{}])
-    task = get_task(task_name)  # validates the name even when the profile has no variants
-    levels = dict(section.get("levels", {}))
-    train_at = dict(section.get("train_at", {}))
+
+def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[tuple, list]:
+    """(evaluation levels: the grid of `levels`, training levels: `train_at` on its axes, the grid elsewhere)."""
+    levels, train_at = dict(levels), dict(train_at)
     for axis, values in overrides.levels.items():
         if axis not in task.axes:
-            raise UsageError(f"task {task_name!r} has no axis {axis!r}; its axes: {', '.join(task.axes) or 'none'}")
+            raise UsageError(f"task {task.name!r} has no axis {axis!r}; its axes: {', '.join(task.axes) or 'none'}")
         levels[axis] = values
         train_at.pop(axis, None)  # an axis the user sets is trained at each of its values
     if overrides.train_at == "each":
         train_at = {}
     elif overrides.train_at:
-        train_at.update(overrides.train_at)
+        train_at.update({a: v for a, v in overrides.train_at.items()})
     if set(levels) != set(task.axes):
-        raise UsageError(f"profile levels for {task_name!r} must cover axes {list(task.axes)}, got {sorted(levels)}")
+        raise UsageError(f"profile levels for {task.name!r} must cover axes {list(task.axes)}, got {sorted(levels)}")
     for axis in train_at:
         if axis not in task.axes:
-            raise UsageError(f"train_at names {axis!r}, not an axis of {task_name!r} ({', '.join(task.axes) or 'none'})")
-
+            raise UsageError(f"train_at names {axis!r}, not an axis of {task.name!r} ({', '.join(task.axes) or 'none'})")
     eval_levels = tuple(
         task.validate_level(dict(zip(task.axes, combo)))
         for combo in itertools.product(*(levels[a] for a in task.axes))
     )
     train_values = [[train_at[a]] if a in train_at else levels[a] for a in task.axes]
     train_levels = [task.validate_level(dict(zip(task.axes, combo))) for combo in itertools.product(*train_values)]
-
-    size = {k: v for k, v in section.get("model", {}).items()}
-    for key in MODEL_SIZE_KEYS:
-        _positive_int(key, size.get(key))
-    models = _model_entries(section["models"] if overrides.models is None else overrides.models)
-
-    cells = []
-    for task_options in variants:
-        task = get_task(task_name, **task_options)
-        variant = _variant_name(task_name, task.options())
-        for (name, label, options), level, seed in itertools.product(models, train_levels, seeds):
-            model_options = {**size, **options}
-            cells.append(Cell(
-                task=task_name, task_options=task.options(), variant=variant,
-                train_level=level, eval_levels=eval_levels,
-                model=name, label=label, model_options=model_options,
-                seed=seed, train=dict(train),
-            ))
-    for name, label, options in models:
-        check_model(name, {**size, **options})
-    return cells
+    return eval_levels, train_levels
 
 
 def check_model(name: str, model_options: dict) -> None:
