@@ -125,32 +125,28 @@ def cmd_run(args) -> int:
 
 def cmd_list(args) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from .plan import load_profile, profile_names
     from .registry import backbone_names, get_task, task_names
 
-    console = Console()
+    console = Console(highlight=False, soft_wrap=True)
     profiles = {name: load_profile(name) for name in profile_names()}
-    tasks = Table(title="tasks")
-    for col in ("task", "axes", "classes", *profiles):
-        tasks.add_column(col)
+    console.print("[bold]tasks[/bold] (sweep axis and levels per profile)")
     for name in task_names():
         task = get_task(name)
-        cols = []
-        for profile in profiles.values():
+        console.print(f"  [bold]{name}[/bold]  axes: {', '.join(task.axes) or 'none'}  classes: {task.n_classes}")
+        for pname, profile in profiles.items():
             section = profile.get("tasks", {}).get(name)
-            cols.append("-" if section is None else "; ".join(
-                f"{a}: {', '.join(map(str, v))}" for a, v in section.get("levels", {}).items()) or "(no axis)")
-        tasks.add_row(name, ", ".join(task.axes) or "none", str(task.n_classes), *cols)
-    console.print(tasks)
-    console.print("models: " + ", ".join(backbone_names()))
-    table = Table(title="profiles")
-    table.add_column("profile")
-    table.add_column("description")
-    for name, profile in profiles.items():
-        table.add_row(name, profile.get("description", ""))
-    console.print(table)
+            if section is None:
+                continue
+            grid = " x ".join(f"{a} {','.join(map(str, v))}" for a, v in section.get("levels", {}).items())
+            trained = section.get("train_at")
+            where = f"; trained at {', '.join(f'{a}={v}' for a, v in trained.items())}" if trained else ""
+            console.print(f"    {pname}: {grid or 'no axis'}{where}")
+    console.print("[bold]models[/bold]: " + ", ".join(backbone_names()))
+    console.print("[bold]profiles[/bold]")
+    for pname, profile in profiles.items():
+        console.print(f"  {pname}: {profile.get('description', '')}")
     return 0
 
 

@@ -1,0 +1,83 @@
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "tmem_bench.cli"]
+
+
+def run(args, cwd):
+    return subprocess.run(CLI + args, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "nope"], "unknown task 'nope'; known: coordinate_binding"),
+    (["run", "coordinate_binding", "--models", "base,nope"], "unknown model 'nope'; known: base"),
+    (["run", "coordinate_binding", "--models", "nomodule:thing"], "cannot load model 'nomodule:thing'"),
+    (["run", "coordinate_binding", "--profile", "nope"], "unknown profile 'nope'; known:"),
+    (["run", "coordinate_binding", "--steps", "0"], "--steps: must be positive, got 0"),
+    (["run", "coordinate_binding", "--batch-size", "-4"], "--batch-size: must be positive, got -4"),
+    (["run", "coordinate_binding", "--steps", "ten"], "--steps: 'ten' is not an integer"),
+    (["run", "coordinate_binding", "--level", "n_writes"], "--level 'n_writes' is malformed"),
+    (["run", "coordinate_binding", "--level", "n_writes=5,x"], "'x' is not a number"),
+    (["run", "coordinate_binding", "--level", "n_writes=0"], "n_writes must be an integer >= 1"),
+    (["run", "coordinate_binding", "--level", "depth=3"], "has no axis 'depth'; its axes: n_writes, noise"),
+    (["run", "coordinate_binding", "--seeds", "a,b"], "--seeds 'a,b' is malformed"),
+    (["run", "coordinate_binding", "--seeds", "0"], "--seeds count must be positive"),
+    (["run", "coordinate_binding", "--train-at", "n_writes"], "--train-at 'n_writes' is malformed"),
+    (["run", "coordinate_binding", "--device", "tpu"], "invalid choice: 'tpu'"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
+    out = tmp_path / "run"
+    proc = run(args + ["--out", str(out)], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not out.exists() and not (tmp_path / "runs").exists()
+
+
+def test_malformed_profile_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nsteps = 3")
+    proc = run(["run", "coordinate_binding", "--profile", str(bad)], cwd=tmp_path)
+    assert proc.returncode == 2 and "is not valid TOML" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cuda_request_without_cuda(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    proc = run(["run", "coordinate_binding", "--device", "cuda"], cwd=tmp_path)
+    assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+
+
+def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):
+    exe = shutil.which("tmem-bench")
+    assert exe, "the tmem-bench command is not installed"
+    out = tmp_path / "run"
+    args = ["run", "coordinate_binding", "--models", "base", "--steps", "3", "--batch-size", "8",
+            "--level", "n_writes=4", "--seeds", "0,1", "--out", str(out)]
+    proc = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(table["seed"]) == [0, 1]
+    assert (table["chance"] == 1 / 32).all() and (table["ceiling"] == 1.0).all()
+    assert len(list((out / "cells").glob("*.json"))) == 2
+    assert (out / "manifest.json").exists()
+    assert "resuming" not in proc.stderr
+    again = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0 and "resuming: 2 of 2 cells already finished" in again.stderr
+
+
+def test_cli_py_from_the_clone_and_list(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "list"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("coordinate_binding", "n_writes", "quick", "paper", "base"):
+        assert word in proc.stdout
