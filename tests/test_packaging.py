@@ -1,0 +1,55 @@
+"""A real wheel, installed into a clean virtual environment, gives exactly the promised names."""
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_installs_only_tmem_bench(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("tmem_bench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"tmem_bench"}
+    for module in ("tmem_bench/tasks/coordinate_binding.py", "tmem_bench/baselines/transformer.py",
+                   "tmem_bench/profiles/quick.toml", "tmem_bench/cli.py"):
+        assert module in names
+
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    before = {p.name for p in site.iterdir()}
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    added = {p.name for p in site.iterdir()} - before
+    assert {n for n in added if not n.endswith(".dist-info")} == {"tmem_bench"}
+
+    # The dependencies come from this interpreter's site-packages through PYTHONPATH, which
+    # (unlike a site directory) does not run the editable install's .pth finder.
+    env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    code = ("import tmem_bench, tmem_bench.tasks, tmem_bench.baselines, sys;"
+            "print(tmem_bench.tasks.__file__)")
+    out = subprocess.run([py, "-c", code], check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.stdout.strip().startswith(str(site))
+    cli = subprocess.run([env_dir / "bin" / "tmem-bench", "list"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert "coordinate_binding" in cli.stdout
+
+
+def test_editable_install_maps_tasks_and_baselines_into_the_package():
+    import tmem_bench.baselines
+    import tmem_bench.tasks
+
+    assert Path(tmem_bench.tasks.__file__).parent == ROOT / "tasks"
+    assert Path(tmem_bench.baselines.__file__).parent == ROOT / "baselines"
