@@ -130,3 +130,9 @@ class Transformer(nn.Module):
 @BACKBONES.register("base")
 def base(d_model: int, n_layers: int, n_heads: int, **options) -> Transformer:
     return Transformer(TransformerConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+
+
+@BACKBONES.register("local")
+def local(d_model: int, n_layers: int, n_heads: int, window: int = 8, **options) -> Transformer:
+    """Causal sliding-window attention: each token sees itself and the window - 1 tokens before it."""
+    return Transformer(TransformerConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, window=window, **options))

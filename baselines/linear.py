@@ -1,0 +1,136 @@
+"""`linear`: causal linear attention with the ELU+1 feature map (Katharopoulos et al., 2020).
+
+Token t reads phi(q_t) S_t / (phi(q_t) . z_t) where S_t = sum_{j<=t} phi(k_j) v_j^T and
+z_t = sum_{j<=t} phi(k_j): a running state of fixed size (head_dim x head_dim per head),
+so inference carries no cache that grows with the sequence. Training uses the chunked
+form: within a chunk the masked quadratic product, across chunks the state summed over
+earlier chunks. Both give the same numbers as the token-by-token recurrence.
+
+The state is a recurrent memory, not a softmax, so a task's `blocked` mask does not
+apply to it (the contract removes softmax edges only).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tmem_bench.registry import BACKBONES
+
+from .transformer import MLP
+
+
+def feature_map(x: torch.Tensor) -> torch.Tensor:
+    return F.elu(x) + 1.0
+
+
+def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int, eps: float = 1e-6):
+    """Causal linear attention of already feature-mapped q, k (B, h, S, e) and v (B, h, S, e_v)."""
+    B, H, S, E = q.shape
+    pad = (-S) % chunk
+    if pad:
+        # Padding sits after every real token, so it only reaches padded queries.
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    N = (S + pad) // chunk
+    q, k, v = (t.reshape(B, H, N, chunk, t.shape[-1]) for t in (q, k, v))  # (B, h, N, C, e)
+    kv = k.transpose(-1, -2) @ v  # (B, h, N, e, e_v): each chunk's contribution to the state
+    ksum = k.sum(-2)  # (B, h, N, e)
+    state = kv.cumsum(2) - kv  # state before each chunk
+    norm_state = ksum.cumsum(2) - ksum
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (B, h, N, C, C)
+    num = q @ state + scores @ v  # (B, h, N, C, e_v)
+    den = (q * norm_state[:, :, :, None]).sum(-1) + scores.sum(-1)  # (B, h, N, C)
+    out = num / (den[..., None] + eps)
+    return out.reshape(B, H, N * chunk, -1)[:, :, :S]
+
+
+def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: float = 1e-6):
+    """The same function token by token with the running state: the reference the chunked form must match."""
+    B, H, S, E = q.shape
+    state = q.new_zeros(B, H, E, v.shape[-1])
+    norm = q.new_zeros(B, H, E)
+    outs = []
+    for t in range(S):
+        state = state + k[:, :, t, :, None] * v[:, :, t, None, :]
+        norm = norm + k[:, :, t]
+        num = (q[:, :, t, :, None] * state).sum(-2)  # (B, h, e_v)
+        den = (q[:, :, t] * norm).sum(-1, keepdim=True)
+        outs.append(num / (den + eps))
+    return torch.stack(outs, dim=2)
+
+
+class LinearAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, chunk: int):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.n_heads = n_heads
+        self.chunk = chunk
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, S, D = x.shape
+        q, k, v = self.qkv(x).view(B, S, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, h, S, hd)
+        y = linear_attention_chunked(feature_map(q), feature_map(k), v, self.chunk)
+        y = y.transpose(1, 2).reshape(B, S, D)
+        return self.resid_dropout(self.proj(y))
+
+
+class LinearBlock(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, mlp_ratio: float, chunk: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.attn = LinearAttention(d_model, n_heads, dropout, chunk)
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, mlp_ratio, dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+@dataclass
+class LinearConfig:
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    dropout: float = 0.1
+    mlp_ratio: float = 4.0
+    chunk: int = 16  # training-time chunk of the quadratic form; does not change the function
+
+    def __post_init__(self):
+        for name in ("d_model", "n_layers", "n_heads", "chunk"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+class LinearTransformer(nn.Module):
+    def __init__(self, config: LinearConfig):
+        super().__init__()
+        self.config = config
+        self.blocks = nn.ModuleList(
+            LinearBlock(config.d_model, config.n_heads, config.dropout, config.mlp_ratio, config.chunk)
+            for _ in range(config.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(config.d_model)
+
+    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)  # (B, S, d)
+        return self.ln_f(x)
+
+    def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
+        """Bytes carried between tokens: per layer and head, S (hd x hd) and z (hd); independent of seq_len."""
+        c = self.config
+        head_dim = c.d_model // c.n_heads
+        return c.n_layers * c.n_heads * (head_dim * head_dim + head_dim) * bytes_per_element
+
+
+@BACKBONES.register("linear")
+def linear(d_model: int, n_layers: int, n_heads: int, **options) -> LinearTransformer:
+    return LinearTransformer(LinearConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))

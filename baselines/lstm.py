@@ -1,0 +1,53 @@
+"""`lstm`: a stack of LSTM layers of width d_model, the classic recurrent reference point.
+
+It takes the common factory signature so any task can build it: `n_heads` is
+accepted and ignored (an LSTM has no heads), and a task's `blocked` mask has
+nothing to act on (there is no attention; the recurrent state is never masked).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from tmem_bench.registry import BACKBONES
+
+
+@dataclass
+class LSTMConfig:
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4  # ignored
+    dropout: float = 0.1  # between stacked layers, as nn.LSTM applies it
+
+    def __post_init__(self):
+        for name in ("d_model", "n_layers", "n_heads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+class LSTM(nn.Module):
+    def __init__(self, config: LSTMConfig):
+        super().__init__()
+        self.config = config
+        self.lstm = nn.LSTM(
+            config.d_model, config.d_model, config.n_layers, batch_first=True,
+            dropout=config.dropout if config.n_layers > 1 else 0.0,
+        )
+        self.ln_f = nn.LayerNorm(config.d_model)
+
+    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
+        y, _ = self.lstm(x)  # (B, S, d)
+        return self.ln_f(y)
+
+    def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
+        """Bytes carried between tokens: h and c of every layer, independent of seq_len."""
+        return 2 * self.config.n_layers * self.config.d_model * bytes_per_element
+
+
+@BACKBONES.register("lstm")
+def lstm(d_model: int, n_layers: int, n_heads: int, **options) -> LSTM:
+    return LSTM(LSTMConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
