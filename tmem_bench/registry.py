@@ -65,7 +65,7 @@ BACKBONES = Registry("model", entry_point_group="tmem_bench.models")
 
 def _load_builtins():
     # Importing the packages runs their @register decorators.
-    from . import tasks, baselines  # noqa: F401
+    from . import tasks, baselines, tensor_memory  # noqa: F401
 
 
 def get_task(name: str, **options):
