@@ -1,0 +1,219 @@
+"""Map building: remember a hidden occupancy grid seen through a small window.
+
+A hidden 8x8 grid has each cell occupied with probability `p_occupied` (0.5: then
+neither answer is favoured and chance is exactly 50%). For T steps (the `horizon`)
+the model sees a 2x2 patch of the grid at a window position; then one query
+names a cell and the target is its occupancy.
+
+Tokens have 7 features:
+  observation: the 4 patch values (row-major: (r,c), (r,c+1), (r+1,c), (r+1,c+1)),
+               r/8, c/8, 0      with the window's top-left cell (r, c), r, c in 0..6
+  query:       0, 0, 0, 0, qr/8, qc/8, 1      with the queried cell (qr, qc) in 0..7
+
+Window trajectories: "random" places every window uniformly at random (the
+paper's setting); "walk" starts at a random position and moves one cell up, down,
+left or right each step, turning back at the edges.
+
+A query cell that no window covered can only be guessed, so the ceiling is
+frac_seen + frac_unseen * max(p, 1 - p), the expected accuracy of a reader that
+remembers every observation (computed exactly from each evaluation set's windows
+and queries).
+
+`block_queries=True` (memory forcing): the query may not attend to observation
+tokens, so the map reaches it only through a memory the backbone carries.
+
+The same episodes are offered as a gymnasium environment, `tmem_bench/MapBuilding-v0`
+(MapBuildingEnv below); an episode drawn with `reset(seed=s)` equals the batch of one
+that `MapBuilding.sample` draws from `torch.Generator().manual_seed(s)`.
+"""
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import torch
+import torch.nn as nn
+from gymnasium import spaces
+
+from tmem_bench.errors import UsageError
+from tmem_bench.registry import TASKS
+
+from .base import Adapter, Batch, Level, Task, check_float, check_int
+
+GRID = 8
+WINDOW = 2
+N_FEATURES = 7
+ENV_ID = "tmem_bench/MapBuilding-v0"
+TRAJECTORIES = ("random", "walk")
+# Offsets of the patch cells inside the window, in the order of the token features.
+_PATCH_ROWS = torch.tensor([0, 0, 1, 1])
+_PATCH_COLS = torch.tensor([0, 1, 0, 1])
+_MOVES = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])
+
+
+def tokens(batch: Batch) -> torch.Tensor:
+    """The (B, T + 1, 7) token features of a batch: T observations, then the query."""
+    patches, windows, query = batch["patches"], batch["windows"], batch["query"]  # (B, T, 4), (B, T, 2), (B, 2)
+    B, T, _ = patches.shape
+    obs = torch.cat([patches, windows.float() / GRID, patches.new_zeros(B, T, 1)], dim=-1)  # (B, T, 7)
+    ask = torch.cat([patches.new_zeros(B, 4), query.float() / GRID, patches.new_ones(B, 1)], dim=-1)  # (B, 7)
+    return torch.cat([obs, ask[:, None]], dim=1)
+
+
+def query_seen(batch: Batch) -> torch.Tensor:
+    """(B,) bool: whether any window covered the queried cell."""
+    d = batch["query"][:, None] - batch["windows"]  # (B, T, 2)
+    return ((d >= 0) & (d < WINDOW)).all(-1).any(-1)
+
+
+class MapBuildingAdapter(Adapter):
+    def __init__(self, d_model: int, block_queries: bool):
+        super().__init__()
+        self.block_queries = block_queries
+        self.proj = nn.Linear(N_FEATURES, d_model)
+        self.head_proj = nn.Linear(d_model, 2)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.proj(tokens(batch))  # (B, T + 1, d)
+
+    def blocked(self, batch: Batch) -> torch.Tensor | None:
+        if not self.block_queries:
+            return None
+        T = batch["windows"].shape[1]
+        blocked = torch.zeros(T + 1, T + 1, dtype=torch.bool)
+        blocked[T, :T] = True  # the query reaches the observations only through a memory
+        return blocked
+
+    def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:
+        return self.head_proj(h[:, -1:])  # (B, 1, 2)
+
+
+@TASKS.register("map_building")
+class MapBuilding(Task):
+    name = "map_building"
+    axes = ("horizon",)
+    n_classes = 2
+    env_id = ENV_ID
+
+    def __init__(self, trajectory: str = "random", p_occupied: float = 0.5, block_queries: bool = False):
+        if trajectory not in TRAJECTORIES:
+            raise UsageError(f"trajectory {trajectory!r} is not one of {', '.join(TRAJECTORIES)}")
+        self.trajectory = trajectory
+        self.p_occupied = check_float("p_occupied", p_occupied, maximum=1.0)
+        self.block_queries = bool(block_queries)
+
+    def options(self) -> dict:
+        return {"trajectory": self.trajectory, "p_occupied": self.p_occupied, "block_queries": self.block_queries}
+
+    def _check_value(self, axis: str, value):
+        return check_int(axis, value)
+
+    def _windows(self, batch_size: int, horizon: int, generator: torch.Generator) -> torch.Tensor:
+        n = GRID - WINDOW + 1
+        if self.trajectory == "random":
+            return torch.randint(0, n, (batch_size, horizon, 2), generator=generator)
+        start = torch.randint(0, n, (batch_size, 2), generator=generator)
+        moves = _MOVES[torch.randint(0, 4, (batch_size, horizon - 1), generator=generator)]  # (B, T-1, 2)
+        windows = [start]
+        for t in range(horizon - 1):  # sequential in time only; each step is vectorised over the batch
+            step = windows[-1] + moves[:, t]
+            outside = ((step < 0) | (step >= n)).any(-1, keepdim=True)
+            windows.append(torch.where(outside, windows[-1] - moves[:, t], step))
+        return torch.stack(windows, dim=1)  # (B, T, 2)
+
+    def sample(self, level: Level, batch_size: int, generator: torch.Generator) -> Batch:
+        horizon = level["horizon"]
+        grid = torch.rand(batch_size, GRID, GRID, generator=generator) < self.p_occupied  # (B, 8, 8)
+        windows = self._windows(batch_size, horizon, generator)  # (B, T, 2)
+        query = torch.randint(0, GRID, (batch_size, 2), generator=generator)  # (B, 2)
+        b = torch.arange(batch_size)
+        rows = windows[..., :1] + _PATCH_ROWS  # (B, T, 4)
+        cols = windows[..., 1:] + _PATCH_COLS
+        patches = grid[b[:, None, None], rows, cols].float()  # (B, T, 4)
+        target = grid[b, query[:, 0], query[:, 1]].long()[:, None]  # (B, 1)
+        return {"patches": patches, "windows": windows, "query": query, "target": target}
+
+    def make_adapter(self, d_model: int) -> Adapter:
+        return MapBuildingAdapter(d_model, self.block_queries)
+
+    def chance(self, level: Level) -> float:
+        return max(self.p_occupied, 1 - self.p_occupied)
+
+    def ceiling(self, level: Level, batch: Batch) -> float:
+        seen = query_seen(batch).float()
+        return float((seen + (1 - seen) * self.chance(level)).mean())
+
+    def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
+        """(B, 1) answers of a reader that remembers every observation token and
+        guesses the likelier value for cells it never saw. Reads only the tokens."""
+        x = tokens(batch)  # (B, T + 1, 7)
+        obs, ask = x[:, :-1], x[:, -1]
+        B = x.shape[0]
+        r = (obs[..., 4] * GRID).round().long()[..., None] + _PATCH_ROWS  # (B, T, 4)
+        c = (obs[..., 5] * GRID).round().long()[..., None] + _PATCH_COLS
+        cells = (r * GRID + c).flatten(1)  # (B, T * 4)
+        known = torch.zeros(B, GRID * GRID, dtype=torch.bool).scatter_(1, cells, True)
+        value = torch.zeros(B, GRID * GRID).scatter_(1, cells, obs[..., :4].flatten(1))
+        q = ((ask[:, 4] * GRID).round() * GRID + (ask[:, 5] * GRID).round()).long()[:, None]  # (B, 1)
+        guess = torch.full((B, 1), int(self.p_occupied > 0.5))
+        return torch.where(known.gather(1, q), value.gather(1, q).long(), guess)
+
+
+class MapBuildingEnv(gymnasium.Env):
+    """Map building as a gymnasium environment (`tmem_bench/MapBuilding-v0`).
+
+    Episode: `reset` returns observation 0; each of the next `horizon` steps returns
+    the next observation (reward 0, the action is ignored), the last of them being
+    the query; the step after the query is the answer: reward 1.0 when the action
+    equals the queried cell's occupancy, else 0.0, and the episode terminates
+    (`info["answer"]` holds the right answer). An episode is `horizon + 1` steps.
+
+    observation_space: Box(0, 1, shape=(7,), float32), the task's token features:
+        observation step: 4 patch values (0 free, 1 occupied; row-major), r/8, c/8, 0
+        query step:       0, 0, 0, 0, qr/8, qc/8, 1
+    action_space: Discrete(2): 0 = free, 1 = occupied (only the answer step counts).
+
+    Seeding: `reset(seed=s)` draws the episode from `torch.Generator().manual_seed(s)`
+    exactly as `MapBuilding.sample(level, 1, generator)` does; later `reset()` calls
+    continue that generator. Unseeded, the first episode seed comes from `np_random`.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, horizon: int = 16, trajectory: str = "random", p_occupied: float = 0.5):
+        self.task = MapBuilding(trajectory=trajectory, p_occupied=p_occupied)
+        self.level = self.task.validate_level({"horizon": horizon})
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(N_FEATURES,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._generator: torch.Generator | None = None
+        self._tokens: np.ndarray | None = None
+        self._answer = 0
+        self._t: int | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._generator = torch.Generator().manual_seed(seed)
+        elif self._generator is None:
+            self._generator = torch.Generator().manual_seed(int(self.np_random.integers(2**62)))
+        batch = self.task.sample(self.level, 1, self._generator)
+        self._tokens = tokens(batch)[0].numpy()  # (T + 1, 7)
+        self._answer = int(batch["target"][0, 0])
+        self._t = 0
+        return self._tokens[0].copy(), {}
+
+    def step(self, action):
+        if self._t is None:
+            raise RuntimeError("call reset() before step() (the episode has ended or never started)")
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space} (0 = free, 1 = occupied)")
+        horizon = self.level["horizon"]
+        if self._t < horizon:
+            self._t += 1
+            return self._tokens[self._t].copy(), 0.0, False, False, {}
+        self._t = None
+        reward = 1.0 if int(action) == self._answer else 0.0
+        return self._tokens[horizon].copy(), reward, True, False, {"answer": self._answer}
+
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(id=ENV_ID, entry_point=MapBuildingEnv)

@@ -1,0 +1,56 @@
+"""No-harm control: a counting sequence any model predicts perfectly.
+
+Sequences of 32 tokens over a vocabulary of 16 with s_t = s_{t-1} + 1 mod 16 from
+a uniformly random start; next-token prediction at every position but the last
+(31 scored positions). Every model should reach 100%; the task shows that a memory
+does no harm and, for gated models, where the gate goes when memory is not needed
+(the harness records gate values for every gated model). No sweep axis.
+
+The next token is a function of the current token alone, so the adapter is a token
+embedding without positions, and the ceiling is 1.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from tmem_bench.registry import TASKS
+
+from .base import Adapter, Batch, Level, Task, check_int
+
+
+class NoHarmAdapter(Adapter):
+    def __init__(self, d_model: int, vocab: int):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d_model)
+        self.head_proj = nn.Linear(d_model, vocab)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.emb(batch["tokens"])  # (B, S, d)
+
+    def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:
+        return self.head_proj(h[:, :-1])  # (B, S - 1, vocab)
+
+
+@TASKS.register("no_harm")
+class NoHarm(Task):
+    name = "no_harm"
+    axes = ()
+
+    def __init__(self, seq_len: int = 32, vocab: int = 16):
+        self.seq_len = check_int("seq_len", seq_len, minimum=2)
+        self.n_classes = check_int("vocab", vocab, minimum=2)
+
+    def options(self) -> dict:
+        return {"seq_len": self.seq_len, "vocab": self.n_classes}
+
+    def sample(self, level: Level, batch_size: int, generator: torch.Generator) -> Batch:
+        start = torch.randint(0, self.n_classes, (batch_size, 1), generator=generator)
+        tokens = (start + torch.arange(self.seq_len)) % self.n_classes  # (B, S)
+        return {"tokens": tokens, "target": tokens[:, 1:]}
+
+    def make_adapter(self, d_model: int) -> Adapter:
+        return NoHarmAdapter(d_model, self.n_classes)
+
+    def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
+        return (batch["tokens"][:, :-1] + 1) % self.n_classes  # (B, S - 1)
