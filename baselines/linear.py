@@ -37,8 +37,10 @@ def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     q, k, v = (t.reshape(B, H, N, chunk, t.shape[-1]) for t in (q, k, v))  # (B, h, N, C, e)
     kv = k.transpose(-1, -2) @ v  # (B, h, N, e, e_v): each chunk's contribution to the state
     ksum = k.sum(-2)  # (B, h, N, e)
-    state = kv.cumsum(2) - kv  # state before each chunk
-    norm_state = ksum.cumsum(2) - ksum
+    # The state before each chunk: an exclusive prefix sum, built by shifting so that no
+    # later chunk enters it even through rounding (cumsum - kv would).
+    state = F.pad(kv.cumsum(2), (0, 0, 0, 0, 1, 0))[:, :, :N]
+    norm_state = F.pad(ksum.cumsum(2), (0, 0, 1, 0))[:, :, :N]
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (B, h, N, C, C)
     num = q @ state + scores @ v  # (B, h, N, C, e_v)
