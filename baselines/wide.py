@@ -7,6 +7,8 @@ in the hidden width, so two probe widths give the exact line.
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
 import torch
 import torch.nn as nn
 
@@ -36,6 +38,9 @@ def matched_hidden(d_model: int, n_layers: int, n_heads: int, dropout: float, ta
 def base_wide(d_model: int, n_layers: int, n_heads: int, dropout: float = 0.1, **memory_options) -> Transformer:
     """`memory_options` are those of `tensor` (memory size, channels, ...): the match is made
     against the tensor model those options build."""
+    shared = sorted(set(memory_options) & {f.name for f in fields(TransformerConfig)})
+    if shared:
+        raise TypeError(f"base_wide got transformer option(s) {shared}; it takes only the tensor model's memory options")
     # A private RNG stream: building the reference must not shift this model's initialisation.
     with torch.random.fork_rng(devices=[]):
         tensor = get_backbone("tensor", d_model=d_model, n_layers=n_layers, n_heads=n_heads,
