@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=positive, help="training batch size")
     run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
     run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
+    run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
+
+    rep = sub.add_parser("report", help="write report.md and figures/ of a run from its stored cell results")
+    rep.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds manifest.json and cells/)")
 
     lst = sub.add_parser("list", help="tasks with their sweep axes and levels, models, profiles")
     lst.add_argument("--params", action="store_true", help="also print each model's parameter count per task")
@@ -120,7 +124,49 @@ def cmd_run(args) -> int:
     results = run_plan(cells, run_dir, device=args.device, settings=settings)
     Console().print(summary_table(results))
     print(f"results: {run_dir / 'results.csv'}")
+    if not args.no_report:
+        from .report import write_report
+
+        print(f"report: {write_report(run_dir).path}")
     return 0
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    report = write_report(args.run_dir)
+    for problem in report.problems:
+        print(f"tmem-bench: warning: {problem}", file=sys.stderr)
+    print(f"report: {report.path}")
+    return 0
+
+
+def _print_params(console, profile: dict) -> None:
+    """Parameters (backbone + task adapter) of every model at each task's quick-profile size."""
+    from .registry import backbone_names, get_backbone, get_task, task_names
+
+    console.print("[bold]parameters[/bold] (backbone + task adapter, at each task's quick-profile model size)")
+    for name in task_names():
+        section = profile.get("tasks", {}).get(name)
+        if section is None:
+            console.print(f"  {name}: not in the quick profile")
+            continue
+        size = dict(section.get("model", {}))
+        adapter = sum(p.numel() for p in get_task(name).make_adapter(size["d_model"]).parameters())
+        console.print(f"  [bold]{name}[/bold]  " + ", ".join(f"{k} {v}" for k, v in size.items()))
+        counts = {}
+        for model in backbone_names():
+            try:
+                counts[model] = adapter + sum(p.numel() for p in get_backbone(model, **size).parameters())
+            except (TypeError, ValueError) as e:
+                counts[model] = f"cannot build: {e}"
+        reference = counts.get("tensor")
+        for model, count in counts.items():
+            if isinstance(count, str):
+                console.print(f"    {model:<14}{count}")
+                continue
+            versus = f"  ({count / reference - 1:+.1%} vs tensor)" if isinstance(reference, int) else ""
+            console.print(f"    {model:<14}{count:>12,}{versus}")
 
 
 def cmd_list(args) -> int:
@@ -144,6 +190,8 @@ def cmd_list(args) -> int:
             where = f"; trained at {', '.join(f'{a}={v}' for a, v in trained.items())}" if trained else ""
             console.print(f"    {pname}: {grid or 'no axis'}{where}")
     console.print("[bold]models[/bold]: " + ", ".join(backbone_names()))
+    if args.params:
+        _print_params(console, profiles.get("quick", {}))
     console.print("[bold]profiles[/bold]")
     for pname, profile in profiles.items():
         console.print(f"  {pname}: {profile.get('description', '')}")
@@ -153,7 +201,7 @@ def cmd_list(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "list": cmd_list}[args.command](args)
+        return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)
     except UsageError as e:
         print(f"tmem-bench: error: {e}", file=sys.stderr)
         return 2
