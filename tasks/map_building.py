@@ -139,7 +139,7 @@ class MapBuilding(Task):
         return max(self.p_occupied, 1 - self.p_occupied)
 
     def ceiling(self, level: Level, batch: Batch) -> float:
-        seen = query_seen(batch).float()
+        seen = query_seen(batch).double()
         return float((seen + (1 - seen) * self.chance(level)).mean())
 
     def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
@@ -215,5 +215,10 @@ class MapBuildingEnv(gymnasium.Env):
         return self._tokens[horizon].copy(), reward, True, False, {"answer": self._answer}
 
 
-if ENV_ID not in gymnasium.registry:
-    gymnasium.register(id=ENV_ID, entry_point=MapBuildingEnv)
+def register_env() -> None:
+    """Register `tmem_bench/MapBuilding-v0` with gymnasium (once; called on import)."""
+    if ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=ENV_ID, entry_point=MapBuildingEnv)
+
+
+register_env()

@@ -144,14 +144,21 @@ class Occlusion(Task):
     def make_adapter(self, d_model: int) -> Adapter:
         return OcclusionAdapter(d_model, self.n_frames)
 
+    def hypotheses(self, occlusion_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frame fingerprints (2048, 2) and last-frame quadrants (2048,) of every (start, velocity)."""
+        key = (self.n_frames, self.occluder, self.hide, occlusion_len)
+        if key not in _HYPOTHESES:
+            starts = torch.cartesian_prod(torch.arange(SIZE), torch.arange(SIZE))  # (256, 2)
+            start = starts.repeat_interleave(len(VELOCITIES), 0)
+            velocity = VELOCITIES.repeat(len(starts), 1)  # (2048, 2)
+            rendered = self.render(start, velocity, occlusion_len)
+            _HYPOTHESES[key] = _hash(rendered), quadrant(self.positions(start, velocity)[:, -1] % SIZE)
+        return _HYPOTHESES[key]
+
     def posterior(self, level: Level, batch: Batch) -> torch.Tensor:
         """(B, 4) quadrant posterior given each sample's frames, by exact hypothesis matching."""
-        starts = torch.cartesian_prod(torch.arange(SIZE), torch.arange(SIZE))  # (256, 2)
-        start = starts.repeat_interleave(len(VELOCITIES), 0)
-        velocity = VELOCITIES.repeat(len(starts), 1)  # (2048, 2)
-        rendered = self.render(start, velocity, level["occlusion_len"])
-        quadrants = quadrant(self.positions(start, velocity)[:, -1] % SIZE)  # (2048,)
-        matches = _hash(batch["frames"])[:, None].eq(_hash(rendered)[None]).all(-1)  # (B, 2048)
+        hashes, quadrants = self.hypotheses(level["occlusion_len"])
+        matches = _hash(batch["frames"])[:, None].eq(hashes[None]).all(-1)  # (B, 2048)
         counts = matches.double() @ nn.functional.one_hot(quadrants, 4).double()  # (B, 4)
         return counts / counts.sum(-1, keepdim=True)
 
@@ -163,13 +170,17 @@ class Occlusion(Task):
         return self.posterior(level, batch).argmax(-1)[:, None]
 
 
-def _hash(frames: torch.Tensor) -> torch.Tensor:
-    """(N, 2) int64 fingerprints of frames (N, T, 16, 16), for exact equality tests.
+_HYPOTHESES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    Pixel codes 0..2 times two fixed random weight vectors below 2**40: sums stay far
-    from int64 overflow, and two different frame stacks collide with probability
-    about 2**-80.
+
+def _hash(frames: torch.Tensor) -> torch.Tensor:
+    """(N, 2) fingerprints of frames (N, T, 16, 16), for exact equality tests.
+
+    Pixel codes 0..2 times two fixed random integer weight vectors below 2**36: with
+    at most 2**11 pixels the sums stay below 2**49, exact in float64 (so BLAS can
+    do it), and two different frame stacks collide with probability about 2**-72.
     """
-    codes = (frames.flatten(1) * 2).round().long()  # (N, T * 256)
-    weights = torch.randint(0, 2**40, (codes.shape[1], 2), generator=torch.Generator().manual_seed(0))
+    codes = (frames.flatten(1) * 2).round().double()  # (N, T * 256)
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.randint(0, 2**36, (codes.shape[1], 2), generator=generator).double()
     return codes @ weights
