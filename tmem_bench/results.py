@@ -49,10 +49,20 @@ def load_cells(run_dir: Path) -> tuple[list[dict], list[str]]:
     results, errors = [], []
     for path in sorted((Path(run_dir) / "cells").glob("*.json")):
         try:
-            results.append(read_cell(path))
+            result = read_cell(path)
+            rows(result)
         except ValueError as e:
             errors.append(str(e))
+            continue
+        except (KeyError, TypeError, AttributeError) as e:
+            errors.append(f"cell file {path} is incomplete ({type(e).__name__}: {e})")
+            continue
+        results.append(result)
     return results, errors
+
+
+def _mean_gate(gates: dict | None) -> float | None:
+    return sum(gates.values()) / len(gates) if gates else None
 
 
 def rows(result: dict) -> list[dict]:
@@ -85,6 +95,10 @@ def rows(result: dict) -> list[dict]:
         }
         for axis, value in ev["level"].items():
             row[axis] = value
+        for axis, value in cell["train_level"].items():
+            row[f"train_{axis}"] = value
+        row["gate_init_mean"] = _mean_gate(result.get("gate_init"))
+        row["gate_final_mean"] = _mean_gate(result.get("gates_final"))
         out.append(row)
     return out
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from . import __version__
 from .plan import Cell
@@ -77,20 +76,8 @@ def run_plan(
     return [r for r in results if r["cell_id"] in wanted]
 
 
-def summary_table(results: list[dict]) -> Table:
-    """Accuracy per task, variant, model and evaluation level (mean over seeds)."""
-    table = results_table(results)
-    out = Table(title="tmem-bench results (accuracy on the fixed evaluation sets)")
-    for name in ("task", "variant", "model", "trained at", "level", "seeds", "accuracy", "chance", "ceiling", "probe"):
-        out.add_column(name, justify="right" if name in ("seeds", "accuracy", "chance", "ceiling") else "left")
-    if table.empty:
-        return out
-    keys = ["task", "variant", "model", "train_level", "level"]
-    for key, group in table.groupby(keys, sort=False):
-        verdicts = sorted(set(group["causality"]))
-        out.add_row(
-            *map(str, key), str(group["seed"].nunique()),
-            f"{group['accuracy'].mean():.1%}", f"{group['chance'].mean():.1%}", f"{group['ceiling'].mean():.1%}",
-            ",".join(verdicts),
-        )
-    return out
+def summary_table(results: list[dict]):
+    """Console summary per task: mean accuracy with a 95% interval over seeds, cost and probe verdict."""
+    from .report import summary_table as report_summary
+
+    return report_summary(results)
