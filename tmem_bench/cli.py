@@ -122,7 +122,7 @@ def cmd_run(args) -> int:
         raise UsageError(f"--out {str(run_dir)!r} exists and is not a directory")
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
     results = run_plan(cells, run_dir, device=args.device, settings=settings)
-    Console().print(summary_table(results))
+    Console(width=None if sys.stdout.isatty() else 160).print(summary_table(results))
     print(f"results: {run_dir / 'results.csv'}")
     if not args.no_report:
         from .report import write_report
@@ -132,9 +132,12 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import write_report
+    from rich.console import Console
+
+    from .report import summary_rich, write_report
 
     report = write_report(args.run_dir)
+    Console(width=None if sys.stdout.isatty() else 160).print(summary_rich(report.data))
     for problem in report.problems:
         print(f"tmem-bench: warning: {problem}", file=sys.stderr)
     print(f"report: {report.path}")

@@ -427,7 +427,13 @@ def accuracy_figure(panels: list[dict], x_axis: str, title: str, style: _Style, 
         ax.grid(alpha=0.3)
         drawn["panels"].append({"title": panel["title"], **curves})
     _legend(fig, axes)
-    fig.suptitle(title, fontsize=11, y=1 - 0.15 / fig.get_figheight())
+    seeds = sorted({n for p in panels for s in p["curves"]["series"].values() for n in s["n_seeds"]})
+    if seeds == [1]:
+        title += "\n1 seed per point: no interval band"
+    elif seeds:
+        count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+        title += f"\nmean of {count} seeds per point, 95% bootstrap band"
+    fig.suptitle(title, fontsize=11, y=1 - 0.1 / fig.get_figheight())
     return fig, drawn
 
 
@@ -642,26 +648,50 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     return "\n\n".join(parts)
 
 
+def _level_values(key: str) -> list[str]:
+    """'n_writes=20,noise=0.05' -> ['20', '0.05'] (the axis names go into the column headers)."""
+    return [] if key == "-" else [part.partition("=")[2] for part in key.split(",")]
+
+
 def summary_rich(data: RunData):
-    """The console summary: one rich table per task."""
+    """The console summary: one compact rich table per task and variant."""
+    from rich import box
     from rich.console import Group
     from rich.table import Table
 
     summary = summary_frame(data)
-    tables = []
     if summary.empty:
         return Table(title="tmem-bench: no cell results")
-    for task, g in summary.groupby("task", sort=False):
-        table = Table(title=f"{task} (accuracy on the fixed evaluation sets, mean over seeds with 95% CI)")
-        for name in _SUMMARY_COLUMNS:
-            if name == "variant" and g["variant"].nunique() == 1:
-                continue
-            table.add_column(name, justify="left" if name in ("variant", "model", "trained at", "level", "probe")
-                             else "right", overflow="fold")
-        single_variant = g["variant"].nunique() == 1
+    tables = []
+    for (task, variant), g in summary.groupby(["task", "variant"], sort=False):
+        axes = list(data.axes.get(task, ()))
+        show_trained = any(r["trained at"] != r["level"] for _, r in g.iterrows())
+        gated = g["memory off"].notna().any()
+        table = Table(title=f"{_task_label(task, variant)}: accuracy, mean over seeds [95% CI]", box=box.SIMPLE_HEAD,
+                      title_justify="left", pad_edge=False)
+        # Narrow consoles fold the minor columns; the model and its accuracy keep their width.
+        table.add_column("model", min_width=min(max(map(len, g["model"])), 16))
+        if show_trained:
+            table.add_column("trained", overflow="fold")
+        for axis in axes:
+            table.add_column(axis, justify="right", overflow="fold")
+        accuracy_width = max(len(_fmt_ci(r["accuracy"], r["low"], r["high"])) for _, r in g.iterrows())
+        for name in ("seeds", "accuracy", *(["mem off"] if gated else []), "chance", "ceiling", "params", "wall s",
+                     "steps/s", "probe"):
+            table.add_column(name, justify="left" if name == "probe" else "right", overflow="fold",
+                             min_width=accuracy_width if name == "accuracy" else None)
         for _, r in g.iterrows():
-            cells = _summary_cells(r)
-            table.add_row(*(cells[1:] if single_variant else cells))
+            cells = [r["model"]]
+            if show_trained:
+                cells.append(",".join(_level_values(r["trained at"])) or "-")
+            cells += _level_values(r["level"])
+            cells += [str(r["seeds"]), _fmt_ci(r["accuracy"], r["low"], r["high"])]
+            if gated:
+                cells.append(_fmt_pct(r["memory off"]))
+            cells += [_fmt_pct(r["chance"]), _fmt_pct(r["ceiling"]),
+                      "-" if r["params"] is None else f"{r['params'] / 1000:.0f}k", f"{r['wall s']:.0f}",
+                      f"{r['steps/s']:.1f}", r["probe"]]
+            table.add_row(*cells)
         tables.append(table)
     return Group(*tables)
 
@@ -859,7 +889,7 @@ def _memory_vs_baselines(claim: Claim, data: RunData, task: str, where: str) -> 
             verdicts.append(verdict)
             off = mem_x.dropna(subset=["accuracy_memory_off"])
             claim.evidence.append({
-                "variant": variant, "level": f"{_level_key(panel)}, {x_axis}={x}".lstrip(", "),
+                "variant": variant, "level": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis}={x}"]),
                 "view": view, "seeds": int(mem_x["seed"].nunique()),
                 MEMORY_MODEL: _fmt_ci(*bootstrap_ci(_per_seed(mem_x))),
                 "best baseline": f"{best} {_fmt_ci(*bootstrap_ci(_per_seed(best_x)))}",
@@ -1124,6 +1154,7 @@ class Report:
     no_harm: list[dict]
     summary: pd.DataFrame
     problems: list[str]
+    data: RunData
 
 
 def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
@@ -1182,7 +1213,7 @@ def write_report(run_dir) -> Report:
     from .results import write_atomic
 
     write_atomic(path, text)
-    return Report(path, figures, claims, no_harm, summary, data.problems)
+    return Report(path, figures, claims, no_harm, summary, data.problems, data)
 
 
 def _figure_md(stem: str, caption: str) -> str:
