@@ -2,18 +2,26 @@
 
 In the reference, after each block the tokens read the slots and then the slots
 attend to every token of the sequence at once; the next layer's tokens read those
-slots, so position t sees tokens after t. Here the slots are a recurrent state
-updated chunk by chunk, in the order a model would run at inference:
+slots, so position t sees tokens after t. Two causal versions, chosen by `update`:
 
-- entering chunk k the slots are Z_k, a function of chunks < k only;
-- in every layer, after the block, the chunk's tokens read Z_k by cross-attention;
-- then the slots attend to the chunk's tokens at that layer, layer after layer,
-  so the update persists across layers as in the reference; the result is Z_{k+1}.
+- "prefix" (default): every position t has its own version of the slots. Position
+  t reads the version that attended to tokens <= t of the previous layer, and that
+  version attends to tokens <= t of this layer to give the next layer's. This is
+  the reference restricted to each prefix, computed in parallel (one masked
+  cross-attention per layer with S * n_slots queries), and causal per token. The
+  slots still compress the prefix into n_slots vectors, but at inference a version
+  must re-attend to the prefix, so the state grows with the sequence.
+- "recurrent": a fixed-size slot state updated chunk by chunk in the order a model
+  runs at inference. Entering chunk k the slots are Z_k (a function of chunks < k);
+  in every layer the chunk's tokens read Z_k after the block, then the slots attend
+  to the chunk's tokens, layer after layer, giving Z_{k+1}. Self-attention runs over
+  a per-layer key/value cache of earlier chunks. Tokens never read slots that saw
+  their own chunk, so writes in the same chunk as a query are invisible to it
+  through the slots; `chunk` 1 avoids that at the price of S sequential steps.
 
-Tokens therefore never read slots that saw their own chunk, and self-attention runs
-causally over a per-layer key/value cache of earlier chunks. A task's `blocked`
-mask applies to the self-attention; the slot state is a memory and is never masked.
-The last chunk's slot update is never read, so it is not computed.
+A task's `blocked` mask applies to the self-attention; the slots are a memory and
+are never masked. Slot updates that nothing reads (after the last layer, after the
+last chunk) are not computed.
 """
 from __future__ import annotations
 
@@ -27,8 +35,12 @@ from tmem_bench.registry import BACKBONES
 
 from .transformer import Block, attention_mask
 
+UPDATES = ("prefix", "recurrent")
+
 
 class CrossAttention(nn.Module):
+    """Queries x (..., L, d) attend to context (..., M, d); any leading batch dimensions."""
+
     def __init__(self, d_model: int, n_heads: int, dropout: float):
         super().__init__()
         if d_model % n_heads:
@@ -37,28 +49,29 @@ class CrossAttention(nn.Module):
         self.q = nn.Linear(d_model, d_model)
         self.kv = nn.Linear(d_model, 2 * d_model)
         self.proj = nn.Linear(d_model, d_model)
-        self.dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        B, S, D = x.shape
-        h, hd = self.n_heads, D // self.n_heads
-        q = self.q(x).view(B, S, h, hd).transpose(1, 2)  # (B, h, S, hd)
-        k, v = self.kv(context).view(B, context.shape[1], 2, h, hd).permute(2, 0, 3, 1, 4)  # (B, h, M, hd)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
-        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, S, D)))
+    def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h, hd = self.n_heads, x.shape[-1] // self.n_heads
+        q = self.q(x).unflatten(-1, (h, hd)).transpose(-2, -3)  # (..., h, L, hd)
+        k, v = self.kv(context).unflatten(-1, (2, h, hd)).movedim(-3, 0).transpose(-2, -3)  # (..., h, M, hd) each
+        # No dropout on the attention weights: on CPU it forces the slow attention kernel.
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.resid_dropout(self.proj(y.transpose(-2, -3).flatten(-2)))  # (..., L, d)
 
 
 class SlotLayer(nn.Module):
-    """What follows one transformer block: tokens read the slots, then the slots attend to the tokens."""
+    """What follows one transformer block: tokens read the slots, then (if anything reads
+    the result) the slots attend to the tokens."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, write: bool):
         super().__init__()
         self.ln_read = nn.LayerNorm(d_model)
         self.read = CrossAttention(d_model, n_heads, dropout)
-        self.ln_slots = nn.LayerNorm(d_model)
-        self.ln_tokens = nn.LayerNorm(d_model)
-        self.write = CrossAttention(d_model, n_heads, dropout)
+        if write:
+            self.ln_slots = nn.LayerNorm(d_model)
+            self.ln_tokens = nn.LayerNorm(d_model)
+            self.write = CrossAttention(d_model, n_heads, dropout)
 
 
 def cached_block(block: Block, x: torch.Tensor, cache: list, mask: torch.Tensor) -> torch.Tensor:
@@ -85,12 +98,15 @@ class SlotsConfig:
     dropout: float = 0.1
     mlp_ratio: float = 4.0
     n_slots: int = 8
-    chunk: int = 8  # tokens per slot update; tokens read slots that saw earlier chunks only
+    update: str = "prefix"  # or "recurrent" (see the module docstring)
+    chunk: int = 8  # "recurrent" only: tokens per slot update
 
     def __post_init__(self):
         for name in ("d_model", "n_layers", "n_heads", "n_slots", "chunk"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.update not in UPDATES:
+            raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {self.update!r}")
 
 
 class SlotsTransformer(nn.Module):
@@ -102,12 +118,31 @@ class SlotsTransformer(nn.Module):
             Block(config.d_model, config.n_heads, config.dropout, config.mlp_ratio)
             for _ in range(config.n_layers)
         )
-        self.slot_layers = nn.ModuleList(
-            SlotLayer(config.d_model, config.n_heads, config.dropout) for _ in range(config.n_layers)
-        )
+        # In "prefix" mode the last layer's slot update would have no reader.
+        writes = [config.update == "recurrent" or i < config.n_layers - 1 for i in range(config.n_layers)]
+        self.slot_layers = nn.ModuleList(SlotLayer(config.d_model, config.n_heads, config.dropout, w) for w in writes)
         self.ln_f = nn.LayerNorm(config.d_model)
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
+        if self.config.update == "prefix":
+            return self._forward_prefix(x, blocked)
+        return self._forward_recurrent(x, blocked)
+
+    def _forward_prefix(self, x: torch.Tensor, blocked: torch.Tensor | None) -> torch.Tensor:
+        B, S, D = x.shape
+        n = self.config.n_slots
+        mask = attention_mask(S, x.device, blocked)
+        # Slot version t (n queries) may attend to tokens <= t.
+        prefix = torch.ones(S, S, dtype=torch.bool, device=x.device).tril().repeat_interleave(n, dim=0)  # (S*n, S)
+        z = self.slots.expand(B, S, n, D)  # (B, S, n, d): every version starts as the learned slots
+        for block, slot in zip(self.blocks, self.slot_layers):
+            x = block(x, mask)
+            x = x + slot.read(slot.ln_read(x)[:, :, None], z)[:, :, 0]  # token t reads version t
+            if hasattr(slot, "write"):
+                z = z + slot.write(slot.ln_slots(z).reshape(B, S * n, D), slot.ln_tokens(x), prefix).view(B, S, n, D)
+        return self.ln_f(x)
+
+    def _forward_recurrent(self, x: torch.Tensor, blocked: torch.Tensor | None) -> torch.Tensor:
         B, S, D = x.shape
         allowed = attention_mask(S, x.device, blocked)
         if allowed is None:
@@ -128,9 +163,14 @@ class SlotsTransformer(nn.Module):
         return self.ln_f(torch.cat(outs, dim=1))  # (B, S, d)
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
-        """Bytes carried between tokens: the self-attention KV cache plus the fixed slot state."""
+        """Bytes carried between tokens: the self-attention KV cache plus the slots ("recurrent":
+        one fixed slot state; "prefix": the current version per layer and the key/value cache
+        its update re-attends to)."""
         c = self.config
-        return (2 * c.n_layers * seq_len + c.n_slots) * c.d_model * bytes_per_element
+        if c.update == "recurrent":
+            return (2 * c.n_layers * seq_len + c.n_slots) * c.d_model * bytes_per_element
+        writes = c.n_layers - 1
+        return (2 * c.n_layers * seq_len + 2 * writes * seq_len + c.n_layers * c.n_slots) * c.d_model * bytes_per_element
 
 
 @BACKBONES.register("slots")

@@ -112,7 +112,7 @@ def test_state_size(name):
 
 
 @pytest.mark.parametrize("name, growth", [
-    ("base", "linear"), ("registers", "linear"), ("slots", "linear"),
+    ("base", "linear"), ("registers", "linear"), ("slots", "linear"), ("base_wide", "linear"), ("tensor", "linear"),
     ("local", "bounded"), ("xl", "bounded"), ("tensor_local", "bounded"),
     ("linear", "constant"), ("lstm", "constant"),
 ])
@@ -273,15 +273,33 @@ def test_xl_attention_reaches_one_segment_back_per_layer():
     assert changed.tolist() == [False] + [True] * 7 + [False] * (S - 8)
 
 
-def test_slots_carry_information_across_chunks_even_when_attention_is_blocked():
-    # With every cross-chunk attention edge removed, only the slots link chunk 0 to chunk 1.
-    model = get_backbone("slots", d_model=D, n_layers=LAYERS, n_heads=HEADS, chunk=8).eval()
+@pytest.mark.parametrize("update", ["prefix", "recurrent"])
+def test_slots_carry_information_when_attention_is_blocked(update):
+    # With every attention edge from the second half to the first removed, only the slots link them.
+    model = get_backbone("slots", d_model=D, n_layers=LAYERS, n_heads=HEADS, update=update, chunk=8).eval()
     blocked = torch.zeros(S, S, dtype=torch.bool)
     blocked[8:, :8] = True
     x = inputs()
     x2 = x.clone()
     x2[:, 0] += bump()
     assert (model(x, blocked)[:, 8:] - model(x2, blocked)[:, 8:]).abs().max() > 1e-4
+    base = get_backbone("base", d_model=D, n_layers=LAYERS, n_heads=HEADS).eval()
+    assert torch.equal(base(x, blocked)[:, 8:], base(x2, blocked)[:, 8:])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_recurrent_slots_are_causal_and_fully_trained(chunk):
+    model = get_backbone("slots", d_model=D, n_layers=LAYERS, n_heads=HEADS, update="recurrent", chunk=chunk)
+    for blocked in (None, query_blocked()):
+        assert causality_probe(model, D, S, blocked=blocked)["verdict"] == "causal"
+    model.eval()
+    model(inputs()).pow(2).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_slots_reject_an_unknown_update():
+    with pytest.raises(ValueError, match="prefix"):
+        get_backbone("slots", d_model=D, n_layers=LAYERS, n_heads=HEADS, update="global")
 
 
 def test_registers_keep_the_task_mask_on_task_tokens():
