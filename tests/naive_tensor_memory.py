@@ -63,8 +63,9 @@ class NaiveTensorMemory(TensorMemory):
 
 
 def naive_twin(model):
-    """A copy of a model (a TensorMemory or a backbone holding one) whose memory runs the naive loop."""
+    """A copy of a model (a TensorMemory, or any module holding one) whose memory runs the naive loop."""
     twin = copy.deepcopy(model)
-    memory = twin if isinstance(twin, TensorMemory) else twin.memory
-    memory.__class__ = NaiveTensorMemory
+    for module in twin.modules():
+        if type(module) is TensorMemory:
+            module.__class__ = NaiveTensorMemory
     return twin

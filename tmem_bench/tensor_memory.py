@@ -227,17 +227,16 @@ class TensorMemory(nn.Module):
         cz = content[:, :, None] * uz  # (B, N, D, C)
         cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
 
+        wz, wy, wx = (hat_weights(mu_read[..., k], n) for k, n in ((2, D), (1, H), (0, W)))  # (B, N, n)
+        w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
+
         h0 = state.h.permute(0, 2, 3, 4, 1).contiguous()  # (B, D, H, W, C)
         c0 = state.c.permute(0, 2, 3, 4, 1).contiguous()
-        hs, hN, cN = tm_fast.scan(
-            cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol,
+        r, hN, cN = tm_fast.scan(
+            cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol, w3.transpose(0, 1).contiguous(),
             h0, c0, taps, biases, mix_w, mix_b, factorised, cfg.kernel,
-        )  # hs (N, B, D, H, W, C): the state each chunk reads, before its own write
-
-        wz, wy, wx = (hat_weights(mu_read[..., k], n).transpose(0, 1) for k, n in ((2, D), (1, H), (0, W)))  # (N, B, n)
-        weights = (wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]).flatten(2)  # (N, B, DHW)
-        r = torch.einsum("kmc,km->kc", hs.flatten(2, 4).flatten(0, 1), weights.flatten(0, 1))  # (N*B, C)
-        read = self.read_out(r.view(-1, B, C).transpose(0, 1))  # (B, N, d)
+        )  # r (N, B, C): each chunk's read of the state before its own write
+        read = self.read_out(r.transpose(0, 1))  # (B, N, d)
         read = read.repeat_interleave(K, dim=1)[:, :S]  # (B, S, d)
         return read, MemoryState(hN.permute(0, 4, 1, 2, 3), cN.permute(0, 4, 1, 2, 3))
 

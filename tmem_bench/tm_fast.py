@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "compiled", "eager")
+_DYNAMIC = os.environ.get("TM_DYN", "1") == "1"
 
 
 # Inductor's CPU tanh is several times slower than exp; these forms vectorise.
@@ -59,7 +60,8 @@ def conv_axis_backward(dy: torch.Tensor, x: torch.Tensor, dim: int, taps: torch.
     return dx, dtaps, dy.sum(reduce)
 
 
-def _gates(h, cyz, ux, bvol, taps, biases, mix_w, mix_b, factorised: bool):
+def _operator_input(h, cyz, ux, bvol, taps, biases, factorised: bool):
+    """[write volume, h] after the depthwise convs, and the two intermediate conv outputs."""
     w = cyz.unsqueeze(3) * ux[:, None, None] + bvol  # (B, D, H, W, C)
     if factorised:
         a = conv_axis(h, 1, taps[0], biases[0])
@@ -67,22 +69,23 @@ def _gates(h, cyz, ux, bvol, taps, biases, mix_w, mix_b, factorised: bool):
         hc = conv_axis(b, 3, taps[2], biases[2])
     else:
         a = b = hc = h
-    x = torch.cat([w, hc], dim=-1)  # (B, D, H, W, 2C)
+    return torch.cat([w, hc], dim=-1), a, b  # (B, D, H, W, 2C)
+
+
+def forward_step(h, c, cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, factorised: bool):
+    """Read h at the chunk's read point (weights w3 (B, D, H, W)), then write:
+    (h, c) -> (h', c'), all (B, D, H, W, C). Also returns the gate pre-activations z."""
+    r = (h * w3.unsqueeze(-1)).sum((1, 2, 3))  # (B, C)
+    x, _, _ = _operator_input(h, cyz, ux, bvol, taps, biases, factorised)
     z = torch.addmm(mix_b, x.flatten(0, 3), mix_w).view(*h.shape[:4], -1)  # (B, D, H, W, 4C)
-    return w, a, b, x, z
-
-
-def forward_step(h, c, cyz, ux, bvol, taps, biases, mix_w, mix_b, factorised: bool):
-    """One memory write: (h, c) -> (h', c'), all (B, D, H, W, C)."""
-    _, _, _, _, z = _gates(h, cyz, ux, bvol, taps, biases, mix_w, mix_b, factorised)
     i, f, o, g = z.chunk(4, dim=-1)
     c_new = _sigmoid(f) * c + _sigmoid(i) * _tanh(g)
-    return _sigmoid(o) * _tanh(c_new), c_new
+    return _sigmoid(o) * _tanh(c_new), c_new, z, r
 
 
-def backward_step(h, c, cyz, ux, bvol, taps, biases, mix_w, mix_b, dh_new, dc_new, factorised: bool):
-    """Gradients of one write from those of (h', c'); the gates are recomputed, not stored."""
-    w, a, b, x, z = _gates(h, cyz, ux, bvol, taps, biases, mix_w, mix_b, factorised)
+def backward_step(h, c, z, cyz, ux, bvol, w3, taps, biases, mix_w, dh_new, dc_new, dr, factorised: bool):
+    """Gradients of one read-and-write from those of (h', c') and of the read r."""
+    x, a, b = _operator_input(h, cyz, ux, bvol, taps, biases, factorised)
     i, f, o, g = z.chunk(4, dim=-1)
     si, sf, so, tg = _sigmoid(i), _sigmoid(f), _sigmoid(o), _tanh(g)
     c_new = sf * c + si * tg
@@ -111,7 +114,10 @@ def backward_step(h, c, cyz, ux, bvol, taps, biases, mix_w, mix_b, dh_new, dc_ne
     else:
         dh = dhc
         d_taps, d_biases = torch.zeros_like(taps), torch.zeros_like(biases)
-    return dh, dc_tot * sf, d_cyz, d_ux, d_bvol, d_taps, d_biases, d_mix_w, d_mix_b
+    dr_ = dr[:, None, None, None, :]
+    dh = dh + dr_ * w3.unsqueeze(-1)
+    d_w3 = (dr_ * h).sum(-1)  # (B, D, H, W)
+    return dh, dc_tot * sf, d_cyz, d_ux, d_w3, d_bvol, d_taps, d_biases, d_mix_w, d_mix_b
 
 
 _compiled: dict[str, object] = {}
@@ -126,8 +132,8 @@ def _step_functions(kernel: str):
     if kernel == "eager" or (kernel == "auto" and not compiled_available()):
         return forward_step, backward_step, False
     if not _compiled:
-        _compiled["forward"] = torch.compile(forward_step, dynamic=True)
-        _compiled["backward"] = torch.compile(backward_step, dynamic=True)
+        _compiled["forward"] = torch.compile(forward_step, dynamic=_DYNAMIC)
+        _compiled["backward"] = torch.compile(backward_step, dynamic=_DYNAMIC)
     return _compiled["forward"], _compiled["backward"], True
 
 
@@ -146,46 +152,50 @@ def _call(name: str, fn, eager_fn, compiled: bool, kernel: str, *args):
 
 
 class TensorMemoryScan(torch.autograd.Function):
-    """(h0, c0) and N writes -> states h_0..h_{N-1} (what each chunk reads) and (h_N, c_N)."""
+    """(h0, c0), N read points and N writes -> N reads (each before its chunk's write) and (h_N, c_N)."""
 
     @staticmethod
-    def forward(ctx, cyz, ux, bvol, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str):
-        # cyz (N, B, D, H, C), ux (N, B, W, C), bvol (H, W, C), h0 / c0 (B, D, H, W, C)
+    def forward(ctx, cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str):
+        # cyz (N, B, D, H, C), ux (N, B, W, C), bvol (H, W, C), w3 (N, B, D, H, W), h0 / c0 (B, D, H, W, C)
         fwd, _, compiled = _step_functions(kernel)
         N = cyz.shape[0]
-        hs = h0.new_empty((N, *h0.shape))  # (N, B, D, H, W, C)
-        cs = []
+        reads = h0.new_empty((N, h0.shape[0], h0.shape[-1]))  # (N, B, C)
+        saved = []
         h, c = h0, c0
         for n in range(N):
-            hs[n].copy_(h)
-            cs.append(c)
-            h, c = _call("forward", fwd, forward_step, compiled, kernel,
-                         h, c, cyz[n], ux[n], bvol, taps, biases, mix_w, mix_b, factorised)
-        ctx.save_for_backward(cyz, ux, bvol, taps, biases, mix_w, mix_b, hs, *cs)
+            h_new, c_new, z, reads[n] = _call("forward", fwd, forward_step, compiled, kernel,
+                                              h, c, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, mix_b,
+                                              factorised)
+            saved += [h, c, z]
+            h, c = h_new, c_new
+        ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, *saved)
         ctx.factorised, ctx.kernel = factorised, kernel
-        return hs, h, c
+        return reads, h, c
 
     @staticmethod
-    def backward(ctx, d_hs, d_hN, d_cN):
-        cyz, ux, bvol, taps, biases, mix_w, mix_b, hs, *cs = ctx.saved_tensors
+    def backward(ctx, d_reads, d_hN, d_cN):
+        cyz, ux, bvol, w3, taps, biases, mix_w, *saved = ctx.saved_tensors
         _, bwd, compiled = _step_functions(ctx.kernel)
         N = cyz.shape[0]
-        dh = torch.zeros_like(hs[0]) if d_hN is None else d_hN
-        dc = torch.zeros_like(hs[0]) if d_cN is None else d_cN
-        d_cyz, d_ux = torch.empty_like(cyz), torch.empty_like(ux)
+        h0 = saved[0]
+        dh = torch.zeros_like(h0) if d_hN is None else d_hN
+        dc = torch.zeros_like(h0) if d_cN is None else d_cN
+        if d_reads is None:
+            d_reads = h0.new_zeros((N, h0.shape[0], h0.shape[-1]))
+        d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
         # Weight gradients are summed per step, then across steps: staged summation
         # keeps them at the fp32 error of a single reduction.
         parts = []
         for n in reversed(range(N)):
+            h, c, z = saved[3 * n: 3 * n + 3]
             out = _call("backward", bwd, backward_step, compiled, ctx.kernel,
-                        hs[n], cs[n], cyz[n], ux[n], bvol, taps, biases, mix_w, mix_b, dh, dc, ctx.factorised)
-            dh, dc, d_cyz[n], d_ux[n] = out[:4]
-            parts.append(out[4:])
-            if d_hs is not None:
-                dh = dh + d_hs[n]
+                        h, c, z, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, dh, dc, d_reads[n],
+                        ctx.factorised)
+            dh, dc, d_cyz[n], d_ux[n], d_w3[n] = out[:5]
+            parts.append(out[5:])
         d_bvol, d_taps, d_biases, d_mix_w, d_mix_b = (torch.stack(p).sum(0) for p in zip(*parts))
-        return d_cyz, d_ux, d_bvol, dh, dc, d_taps, d_biases, d_mix_w, d_mix_b, None, None
+        return d_cyz, d_ux, d_bvol, d_w3, dh, dc, d_taps, d_biases, d_mix_w, d_mix_b, None, None
 
 
-def scan(cyz, ux, bvol, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str = "auto"):
-    return TensorMemoryScan.apply(cyz, ux, bvol, h0, c0, taps, biases, mix_w, mix_b, factorised, kernel)
+def scan(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str = "auto"):
+    return TensorMemoryScan.apply(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised, kernel)
