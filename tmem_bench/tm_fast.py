@@ -160,13 +160,15 @@ class TensorMemoryScan(torch.autograd.Function):
         fwd, _, compiled = _step_functions(kernel)
         N = cyz.shape[0]
         reads = h0.new_empty((N, h0.shape[0], h0.shape[-1]))  # (N, B, C)
+        keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
         saved = []
         h, c = h0, c0
         for n in range(N):
             h_new, c_new, z, reads[n] = _call("forward", fwd, forward_step, compiled, kernel,
                                               h, c, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, mix_b,
                                               factorised)
-            saved += [h, c, z]
+            if keep:
+                saved += [h, c, z]
             h, c = h_new, c_new
         ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, *saved)
         ctx.factorised, ctx.kernel = factorised, kernel
