@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "compiled", "eager")
-_DYNAMIC = os.environ.get("TM_DYN", "1") == "1"
 
 
 # Inductor's CPU tanh is several times slower than exp; these forms vectorise.
@@ -132,8 +131,8 @@ def _step_functions(kernel: str):
     if kernel == "eager" or (kernel == "auto" and not compiled_available()):
         return forward_step, backward_step, False
     if not _compiled:
-        _compiled["forward"] = torch.compile(forward_step, dynamic=_DYNAMIC)
-        _compiled["backward"] = torch.compile(backward_step, dynamic=_DYNAMIC)
+        _compiled["forward"] = torch.compile(forward_step, dynamic=True)
+        _compiled["backward"] = torch.compile(backward_step, dynamic=True)
     return _compiled["forward"], _compiled["backward"], True
 
 
