@@ -200,7 +200,7 @@ def test_gate_and_training_figures_and_tables(report):
     assert "| tensor | layer0 | 0.500 | 0.700 (18 cells) | 0.900 (12 cells) | 0.550 (3 cells) |" in text
     reliance = report.figures["memory_reliance"]["panels"]
     occl = next(p for p in reliance if p["title"] == "occlusion")
-    assert occl["bars"]["tensor @ occlusion_len=0"] == pytest.approx([0.95 + 0.01 - 0.9, 0.85 + 0.01 - 0.4])
+    assert occl["bars"]["tensor"] == pytest.approx([0.95 + 0.01 - 0.9, 0.85 + 0.01 - 0.4])
 
 
 def test_summary_rows_have_ci_cost_and_probe(report):

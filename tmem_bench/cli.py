@@ -138,8 +138,9 @@ def cmd_report(args) -> int:
 
     report = write_report(args.run_dir)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_rich(report.data))
-    for problem in report.problems:
-        print(f"tmem-bench: warning: {problem}", file=sys.stderr)
+    if report.problems:
+        print(f"tmem-bench: warning: {len(report.problems)} problem(s) with cell files (unreadable, incomplete or "
+              f"missing), listed in {report.path}", file=sys.stderr)
     print(f"report: {report.path}")
     return 0
 

@@ -363,7 +363,7 @@ class _Style:
         return self.series.get(label.split(" @ ")[0], ("black", "-"))
 
 
-_LEGEND_W, _MARGIN_L, _MARGIN_B, _TITLE_H = 2.8, 0.65, 0.75, 0.8  # inches
+_LEGEND_W, _MARGIN_L, _MARGIN_B, _TITLE_H = 2.8, 0.8, 0.75, 0.8  # inches
 
 
 def _new_figure(n_panels: int, ncols: int | None = None, panel_size=(4.2, 3.2)):
@@ -515,17 +515,17 @@ def reliance_figure(reliance: pd.DataFrame, style: _Style):
     for ax, task in zip(axes, tasks):
         r = reliance[reliance["task"] == task]
         levels = list(dict.fromkeys(r["level"]))
-        series = list(dict.fromkeys(zip(r["series"], r["trained at"], r["variant"])))
+        # The summary selection leaves one training level per series and evaluation level.
+        series = list(dict.fromkeys(zip(r["series"], r["variant"])))
         width = 0.8 / max(len(series), 1)
         panel = {"title": task, "levels": levels, "bars": {}}
-        for i, (name, trained_at, variant) in enumerate(series):
-            s = r[(r["series"] == name) & (r["trained at"] == trained_at)].set_index("level").reindex(levels)
+        for i, (name, variant) in enumerate(series):
+            s = r[r["series"] == name].set_index("level").reindex(levels)
             xs = np.arange(len(levels)) + (i - (len(series) - 1) / 2) * width
             err = np.vstack([s["drop"] - s["drop low"], s["drop high"] - s["drop"]])
-            label = f"{name} @ {trained_at}"
-            ax.bar(xs, s["drop"], width=width, color=style.of(name)[0], yerr=err, capsize=2, label=label,
+            ax.bar(xs, s["drop"], width=width, color=style.of(name)[0], yerr=err, capsize=2, label=name,
                    hatch=None if variant == "standard" else "//", edgecolor="white")
-            panel["bars"][label] = s["drop"].tolist()
+            panel["bars"][name] = s["drop"].tolist()
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(np.arange(len(levels)), levels, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("accuracy drop")
@@ -1110,7 +1110,7 @@ def claim_throughput(data: RunData) -> Claim:
         "much slower (PAPER.md measured the reference about 70x slower than base on CPU)",
         f"per task, ratio = mean base steps/s / mean tensor steps/s over its cells; the median ratio over tasks >= "
         f"{SLOWER_SUPPORTED:g} -> supported, < {SLOWER_REFUTED:g} -> not supported, else inconclusive. Timings "
-        f"from a shared machine are noisy; cells must share a device.",
+        f"from a shared machine are noisy; a task whose cells ran on different devices is left out.",
     )
     if data.table.empty:
         claim.reason = "no results"
@@ -1123,6 +1123,9 @@ def claim_throughput(data: RunData) -> Claim:
         if base.empty or mem.empty:
             continue
         devices = set(base["device"]) | set(mem["device"])
+        if len(devices) > 1:
+            claim.notes.append(f"{task} left out: its cells ran on different devices ({', '.join(sorted(devices))})")
+            continue
         ratio = float(base["steps_per_s"].mean() / mem["steps_per_s"].mean())
         ratios.append(ratio)
         claim.evidence.append({
@@ -1241,7 +1244,7 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     out += [f"- {k}: {v}" for k, v in facts]
 
     if data.problems:
-        out += ["", "## Problems", "", "These cells are left out of every table and figure below:", ""]
+        out += ["", "## Problems", "", "Left out of every table and figure below:", ""]
         out += [f"- {p}" for p in data.problems]
 
     if data.table.empty:
@@ -1294,9 +1297,10 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
             continue
         stems = [s for s in figures if s.startswith(f"accuracy_{_slug(task)}_")]
         if f"accuracy_{_slug(task)}_trained" not in figures:
-            trained = sorted(set(data.table[data.table["task"] == task]["train_level"]))
-            out += [f"Per-level training view: every model was trained at one level of {x_axis} "
-                    f"({', '.join(trained)}), so that view is a single point; the generalisation view follows.", ""]
+            rank = _train_level_rank(data, task)
+            trained = sorted(set(data.table[data.table["task"] == task]["train_level"]), key=rank.get)
+            out += [f"Each model (and variant) was trained at a single level ({'; '.join(trained)}), so the "
+                    f"per-level training view would be one point per line; the generalisation view follows.", ""]
         for stem in stems:
             out += [_figure_md(stem, figures[stem]["title"]), ""]
 
