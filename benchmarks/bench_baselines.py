@@ -6,7 +6,7 @@ models take turns step by step (round robin), so a slow phase of a shared
 machine hits all of them alike; each model's time is the median over the
 measured rounds after warm-up, and the ratio is that median over base's.
 
-    python benchmarks/bench_baselines.py [OUT.json] [--rounds N] [--warmup N] [--models a,b,...]
+    python benchmarks/bench_baselines.py [OUT.json] [--rounds N] [--warmup N] [--models a,b/key=value,...] [--threads N]
 
 Settings are PAPER.md's: coordinate binding W=20 (batch 128, d 64, 2 layers,
 4 heads) and, when the task is registered, occlusion L=4 (batch 64, d 96,
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from tmem_bench.plan import Cell
-from tmem_bench.registry import task_names
+from tmem_bench.registry import get_task, task_names
 from tmem_bench.train import build_model, loss_and_accuracy
 
 BASELINES = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm")
@@ -40,14 +40,28 @@ SETTINGS = {
 }
 
 
-def make_stepper(task_name: str, model_name: str, settings: dict, seed: int = 0):
-    from tmem_bench.registry import get_task
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """"slots/update=recurrent/chunk=1" -> ("slots", {"update": "recurrent", "chunk": 1})."""
+    name, *items = spec.split("/")
+    options = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        for cast in (int, float, str):
+            try:
+                options[key] = cast(value)
+                break
+            except ValueError:
+                continue
+    return name, options
 
+
+def make_stepper(task_name: str, spec: str, settings: dict, seed: int = 0):
     task = get_task(task_name)
+    model_name, options = parse_spec(spec)
     cell = Cell(
         task=task_name, task_options=task.options(), variant="standard", train_level=settings["level"],
-        eval_levels=(settings["level"],), model=model_name, label=model_name,
-        model_options=settings["model"], seed=seed, train={},
+        eval_levels=(settings["level"],), model=model_name, label=spec,
+        model_options={**settings["model"], **options}, seed=seed, train={},
     )
     model = build_model(cell)
     model.train()
@@ -97,9 +111,13 @@ def main() -> None:
     parser.add_argument("out", nargs="?", default="benchmarks/results/baselines.json")
     parser.add_argument("--rounds", type=int, default=15, help="measured steps per model (default 15)")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured steps per model first (default 3)")
-    parser.add_argument("--models", help="comma-separated models (default: the baselines); base is always included")
+    parser.add_argument("--models", help="comma-separated models, each NAME or NAME/KEY=VALUE/... "
+                        "(default: the baselines); base is always included")
     parser.add_argument("--tasks", default="coordinate_binding,occlusion")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     models = args.models.split(",") if args.models else list(BASELINES)
     if "base" not in models:
@@ -118,9 +136,10 @@ def main() -> None:
         level = ", ".join(f"{k}={v}" for k, v in result["settings"]["level"].items())
         print(f"\n{task_name} ({level}, batch {result['settings']['batch_size']}, "
               + ", ".join(f"{k} {v}" for k, v in result["settings"]["model"].items()) + ")")
-        print(f"  {'model':<12}{'params':>10}{'median s/step':>15}{'x base':>8}")
+        width = max(12, *(len(name) + 2 for name in result["models"]))
+        print(f"  {'model':<{width}}{'params':>10}{'median s/step':>15}{'x base':>8}")
         for name, row in result["models"].items():
-            print(f"  {name:<12}{row['n_params']:>10,}{row['median_s']:>15.4f}{row['ratio_to_base']:>8.2f}")
+            print(f"  {name:<{width}}{row['n_params']:>10,}{row['median_s']:>15.4f}{row['ratio_to_base']:>8.2f}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
