@@ -14,6 +14,17 @@ def run(args, cwd):
     return subprocess.run(CLI + args, capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
+def run_in_process(args, cwd, capsys, monkeypatch):
+    from tmem_bench.cli import main
+
+    monkeypatch.chdir(cwd)
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "nope"], "unknown task 'nope'; known: coordinate_binding"),
     (["run", "coordinate_binding", "--models", "base,nope"], "unknown model 'nope'; known: base"),
@@ -31,30 +42,37 @@ def run(args, cwd):
     (["run", "coordinate_binding", "--train-at", "n_writes"], "--train-at 'n_writes' is malformed"),
     (["run", "coordinate_binding", "--device", "tpu"], "invalid choice: 'tpu'"),
 ])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle, capsys, monkeypatch):
     out = tmp_path / "run"
-    proc = run(args + ["--out", str(out)], cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert needle in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    code, err = run_in_process(args + ["--out", str(out)], tmp_path, capsys, monkeypatch)
+    assert code == 2, err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
     assert not out.exists() and not (tmp_path / "runs").exists()
 
 
-def test_malformed_profile_file(tmp_path):
+def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):
+    proc = run(["run", "coordinate_binding", "--models", "nope"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("tmem-bench: error: unknown model 'nope'") and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_malformed_profile_file(tmp_path, capsys, monkeypatch):
     bad = tmp_path / "bad.toml"
     bad.write_text("[train\nsteps = 3")
-    proc = run(["run", "coordinate_binding", "--profile", str(bad)], cwd=tmp_path)
-    assert proc.returncode == 2 and "is not valid TOML" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    code, err = run_in_process(["run", "coordinate_binding", "--profile", str(bad)], tmp_path, capsys, monkeypatch)
+    assert code == 2 and "is not valid TOML" in err
+    assert len(err.strip().splitlines()) == 1
 
 
-def test_cuda_request_without_cuda(tmp_path):
+def test_cuda_request_without_cuda(tmp_path, capsys, monkeypatch):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    proc = run(["run", "coordinate_binding", "--device", "cuda"], cwd=tmp_path)
-    assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+    code, err = run_in_process(["run", "coordinate_binding", "--device", "cuda"], tmp_path, capsys, monkeypatch)
+    assert code == 2 and "no CUDA device" in err
 
 
 def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):
@@ -66,13 +84,16 @@ def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):
     proc = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(out / "results.csv")
-    assert sorted(table["seed"]) == [0, 1]
+    n_variants = table["variant"].nunique()
+    assert sorted(table["seed"]) == [0] * n_variants + [1] * n_variants
+    assert set(table["n_writes"]) == {4}
     assert (table["chance"] == 1 / 32).all() and (table["ceiling"] == 1.0).all()
-    assert len(list((out / "cells").glob("*.json"))) == 2
+    assert len(list((out / "cells").glob("*.json"))) == 2 * n_variants
     assert (out / "manifest.json").exists()
     assert "resuming" not in proc.stderr
     again = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert again.returncode == 0 and "resuming: 2 of 2 cells already finished" in again.stderr
+    n = 2 * n_variants
+    assert again.returncode == 0 and f"resuming: {n} of {n} cells already finished" in again.stderr
 
 
 def test_cli_py_from_the_clone_and_list(tmp_path):
