@@ -311,3 +311,21 @@ def test_registers_keep_the_task_mask_on_task_tokens():
     x2[:, 0] += bump()
     assert torch.equal(model(x, blocked)[:, -1], model(x2, blocked)[:, -1])
     assert not torch.equal(model(x)[:, -1], model(x2)[:, -1])
+
+
+def test_list_params_shows_base_wide_matched_to_tensor(capsys):
+    if "tensor" not in NAMES:
+        pytest.skip("base_wide is matched to `tensor`, which is not registered")
+    import re
+
+    from tmem_bench.cli import main
+    from tmem_bench.plan import load_profile
+
+    assert main(["list", "--params"]) == 0
+    out = capsys.readouterr().out
+    tasks = load_profile("quick")["tasks"]
+    gaps = [float(g) for g in re.findall(r"^\s+base_wide\s+[\d,]+\s+\(([+-]\d+\.\d)% vs tensor\)", out, re.M)]
+    assert len(gaps) == len(tasks), out
+    assert all(abs(g) <= 5.0 for g in gaps), gaps
+    for name in NAMES:
+        assert re.search(rf"^\s+{name}\s+[\d,]+", out, re.M), f"no parameter count for {name}"
