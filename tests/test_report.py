@@ -283,6 +283,15 @@ def test_claims_on_contradicting_data(tmp_path):
     assert nh.evidence[0]["reaches"] == REFUTED
 
 
+def test_models_at_chance_give_no_verdict(tmp_path):
+    b = RunBuilder(tmp_path)
+    near_chance = 1 / 32 + 0.01
+    coordinate_binding_per_level(b, {(w, m): [near_chance] * 2 for w in (5, 50) for m in ("base", "tensor")})
+    data = load_run(tmp_path)
+    for claim in (claim_coordinate_binding(data), claim_saturation(data)):
+        assert claim.verdict == INCONCLUSIVE and "nothing learned: best accuracy 4.1%" in claim.reason
+
+
 def test_missing_tasks_models_and_leaks_make_claims_inconclusive(tmp_path):
     b = RunBuilder(tmp_path)
     coordinate_binding_per_level(b, {k: v for k, v in CB_SUPPORT.items() if k[1] != "tensor"})
@@ -349,11 +358,14 @@ def test_console_summary_from_runner_results(tmp_path):
     for seed in range(2):
         b.cell("map_building", "tensor", seed, (16,), {(16,): 0.7 + 0.1 * seed}, memory_off={(16,): 0.5},
                gates={"layer0": 0.6, "layer1": 0.4})
+    b.cell("map_building", "tensor", 0, (8,), {(8,): 0.9}, variant="block_queries=True", memory_off={(8,): 0.5},
+           gates={"layer0": 0.6, "layer1": 0.4})
     results = [json.loads(p.read_text()) for p in sorted((tmp_path / "cells").glob("*.json"))]
     console = Console(width=200, record=True)
     console.print(summary_table(results))
     text = console.export_text()
-    assert "map_building" in text and f"75.0% [70.0, 80.0]" in text and "50.0%" in text
+    assert "map_building: accuracy" in text and "map_building [block_queries=True]: accuracy" in text
+    assert "75.0% [70.0, 80.0]" in text and "50.0%" in text and "90.0%" in text
 
 
 def test_report_command(tmp_path, capsys):

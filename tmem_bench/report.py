@@ -571,8 +571,10 @@ def _fmt_ci(mean, low, high) -> str:
 
 
 def _fmt_points(mean, low, high) -> str:
-    text = f"{100 * mean:+.1f}"
-    return text if low == high else f"{text} [{100 * low:+.1f}, {100 * high:+.1f}]"
+    def points(x):
+        return f"{round(100 * x, 1) + 0.0:+.1f}"  # + 0.0 turns -0.0 into 0.0
+
+    return points(mean) if low == high else f"{points(mean)} [{points(low)}, {points(high)}]"
 
 
 def _summary_selection(table: pd.DataFrame) -> pd.DataFrame:
@@ -657,6 +659,7 @@ def summary_rich(data: RunData):
     """The console summary: one compact rich table per task and variant."""
     from rich import box
     from rich.console import Group
+    from rich.markup import escape
     from rich.table import Table
 
     summary = summary_frame(data)
@@ -667,7 +670,8 @@ def summary_rich(data: RunData):
         axes = list(data.axes.get(task, ()))
         show_trained = any(r["trained at"] != r["level"] for _, r in g.iterrows())
         gated = g["memory off"].notna().any()
-        table = Table(title=f"{_task_label(task, variant)}: accuracy, mean over seeds [95% CI]", box=box.SIMPLE_HEAD,
+        title = escape(f"{_task_label(task, variant)}: accuracy, mean over seeds [95% CI]")  # [..] is rich markup
+        table = Table(title=title, box=box.SIMPLE_HEAD,
                       title_justify="left", pad_edge=False)
         # Narrow consoles fold the minor columns; the model and its accuracy keep their width.
         table.add_column("model", min_width=min(max(map(len, g["model"])), 16))
@@ -691,7 +695,7 @@ def summary_rich(data: RunData):
             cells += [_fmt_pct(r["chance"]), _fmt_pct(r["ceiling"]),
                       "-" if r["params"] is None else f"{r['params'] / 1000:.0f}k", f"{r['wall s']:.0f}",
                       f"{r['steps/s']:.1f}", r["probe"]]
-            table.add_row(*cells)
+            table.add_row(*map(escape, cells))
         tables.append(table)
     return Group(*tables)
 
@@ -861,6 +865,20 @@ def _leak_note(data: RunData, models) -> str | None:
     return "the causality probe found a leak in " + "; ".join(f"{m} ({', '.join(w)})" for m, w in leaks.items())
 
 
+def _nothing_learned(*groups: pd.DataFrame) -> str | None:
+    """A reason to withhold a verdict when no compared model is CLAIM_MARGIN above chance:
+    models that learned nothing cannot show that one of them holds up better."""
+    best = max(float(g["accuracy"].mean()) for g in groups)
+    chance = float(pd.concat(groups)["chance"].mean())
+    if best > chance + CLAIM_MARGIN:
+        return None
+    return f"nothing learned: best accuracy {_fmt_pct(best)} is within {100 * CLAIM_MARGIN:g} points of chance"
+
+
+_LEARNED_RULE = (f" No verdict (inconclusive) where no compared model is more than {100 * CLAIM_MARGIN:g} points "
+                 f"above chance (nothing was learned).")
+
+
 def _memory_vs_baselines(claim: Claim, data: RunData, task: str, where: str) -> None:
     """Fill a claim 'the memory model clearly beats the attention baselines at the largest level'."""
     reason = _missing_models(data, task)
@@ -884,7 +902,7 @@ def _memory_vs_baselines(claim: Claim, data: RunData, task: str, where: str) -> 
             best = max(_models(base_x), key=lambda m: base_x[base_x["model"] == m]["accuracy"].mean())
             best_x = base_x[base_x["model"] == best]
             cmp = compare(_per_seed(mem_x), _per_seed(best_x))
-            leak = _leak_note(data, [MEMORY_MODEL, best])
+            leak = _leak_note(data, [MEMORY_MODEL, best]) or _nothing_learned(mem_x, best_x)
             verdict = INCONCLUSIVE if leak else cmp["verdict"]
             verdicts.append(verdict)
             off = mem_x.dropna(subset=["accuracy_memory_off"])
@@ -926,7 +944,8 @@ def claim_coordinate_binding(data: RunData) -> Claim:
         "tensor 75-91%, attention baselines 7-14%, chance 3.1%",
         f"at the largest number of writes (per query-noise level), the 95% interval of tensor minus the best of "
         f"{', '.join(TOY_BASELINES)} lies above {100 * CLAIM_MARGIN:g} points -> supported; below -> not supported; "
-        f"straddling -> inconclusive. All noise levels supported -> supported; any not supported -> not supported.",
+        f"straddling -> inconclusive. All noise levels supported -> supported; any not supported -> not supported."
+        + _LEARNED_RULE,
     )
     _memory_vs_baselines(claim, data, "coordinate_binding", "largest")
     return claim
@@ -938,7 +957,8 @@ def claim_map_building(data: RunData) -> Claim:
         "Tensor Memory clearly beats the baselines at long horizons.",
         "a clear win (no numbers given in PAPER.md)",
         f"at the largest horizon, the 95% interval of tensor minus the best of {', '.join(TOY_BASELINES)} lies "
-        f"above {100 * CLAIM_MARGIN:g} points -> supported; below -> not supported; straddling -> inconclusive.",
+        f"above {100 * CLAIM_MARGIN:g} points -> supported; below -> not supported; straddling -> inconclusive."
+        + _LEARNED_RULE,
     )
     _memory_vs_baselines(claim, data, "map_building", "largest")
     return claim
@@ -960,7 +980,8 @@ def claim_occlusion(data: RunData) -> Claim:
         "a qualitative claim (no numbers given in PAPER.md)",
         f"drop = accuracy at the shortest occlusion minus accuracy at the longest, per seed. The 95% interval of "
         f"(smallest baseline drop among {', '.join(TOY_BASELINES)}) minus (tensor drop) lies above "
-        f"{100 * CLAIM_MARGIN:g} points -> supported; below -> not supported; straddling -> inconclusive.",
+        f"{100 * CLAIM_MARGIN:g} points -> supported; below -> not supported; straddling -> inconclusive."
+        + _LEARNED_RULE,
     )
     task = "occlusion"
     reason = _missing_models(data, task)
@@ -982,7 +1003,9 @@ def claim_occlusion(data: RunData) -> Claim:
             continue
         best = min(base_drops, key=lambda m: base_drops[m].mean())
         cmp = compare(base_drops[best], mem)
-        leak = _leak_note(data, [MEMORY_MODEL, best])
+        at_lo = rows_[rows_[x_axis] == x_lo]
+        leak = _leak_note(data, [MEMORY_MODEL, best]) or _nothing_learned(
+            at_lo[at_lo["model"] == MEMORY_MODEL], at_lo[at_lo["model"] == best])
         verdict = INCONCLUSIVE if leak else cmp["verdict"]
         per_variant[variant] = verdict
         mem_hi = rows_[(rows_["model"] == MEMORY_MODEL) & (rows_[x_axis] == x_hi)].dropna(
@@ -1072,7 +1095,7 @@ def claim_saturation(data: RunData) -> Claim:
         "a qualitative caveat (no numbers given in PAPER.md)",
         f"coordinate binding, per query-noise level: the 95% interval of tensor accuracy at the fewest writes minus "
         f"at the most writes lies above {100 * CLAIM_MARGIN:g} points -> supported (it saturates within this sweep); "
-        f"below -> not supported; straddling -> inconclusive.",
+        f"below -> not supported; straddling -> inconclusive." + _LEARNED_RULE,
     )
     task = "coordinate_binding"
     t = data.table[data.table["task"] == task] if not data.table.empty else data.table
@@ -1090,12 +1113,15 @@ def claim_saturation(data: RunData) -> Claim:
                 continue
             lo, hi = rows_[rows_[x_axis] == xs[0]], rows_[rows_[x_axis] == xs[-1]]
             cmp = compare(_per_seed(lo), _per_seed(hi))
-            verdicts.append(cmp["verdict"])
+            why = _nothing_learned(lo)
+            verdict = INCONCLUSIVE if why else cmp["verdict"]
+            verdicts.append(verdict)
             claim.evidence.append({
                 "variant": variant, "level": _level_key(panel), "view": view,
-                f"{x_axis}={xs[0]}": _fmt_ci(*bootstrap_ci(_per_seed(lo))),
-                f"{x_axis}={xs[-1]}": _fmt_ci(*bootstrap_ci(_per_seed(hi))),
-                "drop (points)": _fmt_points(cmp["diff"], cmp["low"], cmp["high"]), "verdict": cmp["verdict"],
+                f"fewest {x_axis}": f"{xs[0]}: {_fmt_ci(*bootstrap_ci(_per_seed(lo)))}",
+                f"most {x_axis}": f"{xs[-1]}: {_fmt_ci(*bootstrap_ci(_per_seed(hi)))}",
+                "drop (points)": _fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
+                "verdict": verdict + (f" ({why})" if why else ""),
             })
         if verdicts:
             per_variant[variant] = combine(verdicts)
