@@ -264,6 +264,39 @@ def test_xl_reads_the_previous_segment_without_gradient_through_the_cache():
     assert grad[:, 8:].abs().max() > 0
 
 
+def test_xl_matches_a_segment_by_segment_loop():
+    # The one-pass form against the recurrence it stands for: each segment in turn
+    # attends to the previous segment's cached layer inputs and to its own prefix.
+    import torch.nn.functional as F
+
+    seg = 4
+    model = get_backbone("xl", d_model=D, n_layers=LAYERS, n_heads=HEADS, segment=seg).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.rel_bias.normal_()
+    x = inputs(seq_len=14)
+    B, h, hd = x.shape[0], HEADS, D // HEADS
+    caches = [None] * LAYERS
+    outs = []
+    for start in range(0, x.shape[1], seg):
+        y = x[:, start:start + seg]
+        for layer, block in enumerate(model.blocks):
+            n = y.shape[1]
+            mem = caches[layer] if caches[layer] is not None else y[:, :0]
+            caches[layer] = y
+            ctx = torch.cat([mem, y], dim=1)
+            q = block.attn.qkv(block.ln_1(y))[..., :D].view(B, n, h, hd).transpose(1, 2)
+            k, v = block.attn.qkv(block.ln_1(ctx))[..., D:].view(B, ctx.shape[1], 2, h, hd).permute(2, 0, 3, 1, 4)
+            qpos = torch.arange(n)[:, None] + mem.shape[1]
+            dist = qpos - torch.arange(ctx.shape[1])[None, :]
+            bias = block.attn.rel_bias[:, dist.clamp(0, 2 * seg - 1)].masked_fill(dist < 0, float("-inf"))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None])
+            y = y + block.attn.proj(a.transpose(1, 2).reshape(B, n, D))
+            y = y + block.mlp(block.ln_2(y))
+        outs.append(model.ln_f(y))
+    torch.testing.assert_close(model(x), torch.cat(outs, dim=1), rtol=1e-5, atol=1e-5)
+
+
 def test_xl_attention_reaches_one_segment_back_per_layer():
     model = get_backbone("xl", d_model=D, n_layers=1, n_heads=HEADS, segment=4).eval()
     x = inputs()
