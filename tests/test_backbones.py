@@ -144,6 +144,29 @@ def test_unknown_backbone_lists_the_known_ones():
         get_backbone("no_such_model", d_model=D, n_layers=LAYERS, n_heads=HEADS)
 
 
+ATTENTION_ONLY = ("base", "base_wide", "local", "xl", "registers")
+WITH_MEMORY = ("slots", "linear", "lstm", "tensor", "tensor_local")
+
+
+@pytest.mark.parametrize("name", ATTENTION_ONLY + WITH_MEMORY)
+def test_memory_forcing_mask_blinds_attention_but_not_memory(name):
+    # The last 4 positions may attend only among themselves: the early tokens can reach
+    # them only through recurrent state, which `blocked` must never cut.
+    if name not in NAMES:
+        pytest.skip(f"{name} is not registered")
+    model = build(name).eval()
+    blocked = torch.zeros(S, S, dtype=torch.bool)
+    blocked[-4:, :-4] = True
+    x = inputs()
+    x2 = x.clone()
+    x2[:, 0] += bump()
+    change = (model(x, blocked)[:, -4:] - model(x2, blocked)[:, -4:]).abs().max().item()
+    if name in ATTENTION_ONLY:
+        assert change == 0.0
+    else:
+        assert change > 1e-4
+
+
 # The probe must be able to fail: toy backbones that leak in different ways.
 
 class ToyBackbone(nn.Module):
