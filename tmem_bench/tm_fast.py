@@ -4,9 +4,9 @@ Autograd would record about 40 small ops per memory step; here the forward loop
 runs without a graph and the backward loop is written by hand, so one scan is one
 autograd node. Each loop body is a pure tensor function (`forward_step`,
 `backward_step`) that torch.compile can fuse into a few kernels; it is compiled
-once per process (the body, never the unrolled loop), with dynamic shapes so that
-training, evaluation and probe batches share one compilation, and it falls back to
-eager PyTorch whenever compilation is unavailable or fails.
+once per process (the body, never the unrolled loop), with a dynamic batch
+dimension so that training, evaluation and probe batches share one compilation,
+and it falls back to eager PyTorch whenever compilation is unavailable or fails.
 
 Volumes are channel-last, (B, D, H, W, C): the depthwise 3-tap convolutions become
 shifted multiply-adds over contiguous channel vectors and the pointwise mix is one
@@ -76,16 +76,18 @@ def forward_step(h, c, cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, factorised
     (h, c) -> (h', c'), all (B, D, H, W, C). Also returns the gate pre-activations z."""
     r = (h * w3.unsqueeze(-1)).sum((1, 2, 3))  # (B, C)
     x, _, _ = _operator_input(h, cyz, ux, bvol, taps, biases, factorised)
-    z = torch.addmm(mix_b, x.flatten(0, 3), mix_w).view(*h.shape[:4], -1)  # (B, D, H, W, 4C)
-    i, f, o, g = z.chunk(4, dim=-1)
+    # mm, not addmm: addmm first copies the broadcast bias into its output; the bias
+    # is added inside the fused gate kernel instead.
+    z = torch.mm(x.flatten(0, 3), mix_w).view(*h.shape[:4], -1)  # (B, D, H, W, 4C), without the bias
+    i, f, o, g = (z + mix_b).chunk(4, dim=-1)
     c_new = _sigmoid(f) * c + _sigmoid(i) * _tanh(g)
     return _sigmoid(o) * _tanh(c_new), c_new, z, r
 
 
-def backward_step(h, c, z, cyz, ux, bvol, w3, taps, biases, mix_w, dh_new, dc_new, dr, factorised: bool):
+def backward_step(h, c, z, cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, dh_new, dc_new, dr, factorised: bool):
     """Gradients of one read-and-write from those of (h', c') and of the read r."""
     x, a, b = _operator_input(h, cyz, ux, bvol, taps, biases, factorised)
-    i, f, o, g = z.chunk(4, dim=-1)
+    i, f, o, g = (z + mix_b).chunk(4, dim=-1)
     si, sf, so, tg = _sigmoid(i), _sigmoid(f), _sigmoid(o), _tanh(g)
     c_new = sf * c + si * tg
     tc = _tanh(c_new)
@@ -119,6 +121,13 @@ def backward_step(h, c, z, cyz, ux, bvol, w3, taps, biases, mix_w, dh_new, dc_ne
     return dh, dc_tot * sf, d_cyz, d_ux, d_w3, d_bvol, d_taps, d_biases, d_mix_w, d_mix_b
 
 
+# Arguments of each step whose first dimension is the batch: only that dimension is
+# compiled as dynamic, so channels and grid stay constants the kernels specialise on.
+_BATCH_ARGS = {"forward": (0, 1, 2, 3, 5), "backward": (0, 1, 2, 3, 4, 6, 11, 12, 13)}
+# With more inputs, inductor lowers a cat to one masked pointwise loop that
+# evaluates every branch; realising each part into its slice is much faster here.
+_INDUCTOR_OPTIONS = {"max_pointwise_cat_inputs": 1}
+
 _compiled: dict[str, object] = {}
 _compile_failed: list[str] = []
 
@@ -131,8 +140,8 @@ def _step_functions(kernel: str):
     if kernel == "eager" or (kernel == "auto" and not compiled_available()):
         return forward_step, backward_step, False
     if not _compiled:
-        _compiled["forward"] = torch.compile(forward_step, dynamic=True)
-        _compiled["backward"] = torch.compile(backward_step, dynamic=True)
+        _compiled["forward"] = torch.compile(forward_step, options=_INDUCTOR_OPTIONS)
+        _compiled["backward"] = torch.compile(backward_step, options=_INDUCTOR_OPTIONS)
     return _compiled["forward"], _compiled["backward"], True
 
 
@@ -140,6 +149,8 @@ def _call(name: str, fn, eager_fn, compiled: bool, kernel: str, *args):
     """Run a step, falling back to eager (for the rest of the process) if compilation fails."""
     if not compiled:
         return eager_fn(*args)
+    for i in _BATCH_ARGS[name]:
+        torch._dynamo.maybe_mark_dynamic(args[i], 0)
     try:
         return fn(*args)
     except Exception as e:  # inductor needs a working C++ toolchain; anything else it lacks lands here too
@@ -169,13 +180,13 @@ class TensorMemoryScan(torch.autograd.Function):
             if keep:
                 saved += [h, c, z]
             h, c = h_new, c_new
-        ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, *saved)
+        ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved)
         ctx.factorised, ctx.kernel = factorised, kernel
         return reads, h, c
 
     @staticmethod
     def backward(ctx, d_reads, d_hN, d_cN):
-        cyz, ux, bvol, w3, taps, biases, mix_w, *saved = ctx.saved_tensors
+        cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved = ctx.saved_tensors
         _, bwd, compiled = _step_functions(ctx.kernel)
         N = cyz.shape[0]
         h0 = saved[0]
@@ -190,7 +201,7 @@ class TensorMemoryScan(torch.autograd.Function):
         for n in reversed(range(N)):
             h, c, z = saved[3 * n: 3 * n + 3]
             out = _call("backward", bwd, backward_step, compiled, ctx.kernel,
-                        h, c, z, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, dh, dc, d_reads[n],
+                        h, c, z, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, mix_b, dh, dc, d_reads[n],
                         ctx.factorised)
             dh, dc, d_cyz[n], d_ux[n], d_w3[n] = out[:5]
             parts.append(out[5:])
