@@ -385,3 +385,13 @@ def test_list_params_shows_base_wide_matched_to_tensor(capsys):
     assert all(abs(g) <= 5.0 for g in gaps), gaps
     for name in NAMES:
         assert re.search(rf"^\s+{name}\s+[\d,]+", out, re.M), f"no parameter count for {name}"
+
+
+def test_probe_positions_cover_both_ends_and_reject_too_few():
+    from tmem_bench.probe import probe_positions
+
+    positions = probe_positions(500, 10, torch.Generator().manual_seed(0))
+    assert len(positions) == 10 and positions[0] == 1 and positions[-1] == 499
+    assert probe_positions(6, 10, torch.Generator()) == [1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="max_positions"):
+        probe_positions(500, 1, torch.Generator())

@@ -16,6 +16,8 @@ import torch.nn as nn
 
 def probe_positions(seq_len: int, max_positions: int, generator: torch.Generator) -> list[int]:
     """Positions t to perturb from: all of 1..S-1, or the two ends plus a random sample in between."""
+    if max_positions < 2:
+        raise ValueError(f"max_positions must be at least 2 (both ends), got {max_positions}")
     if seq_len == 1:
         return [0]
     if seq_len - 1 <= max_positions:
