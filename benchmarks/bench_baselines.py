@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured steps per model first (default 3)")
     parser.add_argument("--models", help="comma-separated models, each NAME or NAME/KEY=VALUE/... "
                         "(default: the baselines); base is always included")
-    parser.add_argument("--tasks", default="coordinate_binding,occlusion")
+    parser.add_argument("--tasks", default="coordinate_binding,occlusion", help="comma-separated (default: %(default)s)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:

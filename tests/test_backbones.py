@@ -1,8 +1,8 @@
 """The backbone contract, checked for every registered backbone (plugins included).
 
 Sizes are tiny so the whole file runs in seconds; S = 16 covers two segments of
-`xl` and two slot chunks of `slots` at their default of 8, so every parameter of
-those is used, and exceeds the default window of `local`.
+`xl` at its default of 8 (so every relative-distance bias is used) and exceeds the
+default window of `local`.
 """
 from __future__ import annotations
 
