@@ -33,7 +33,8 @@ class RunBuilder:
              probe="causal", steps_per_s=None, ceiling=1.0):
         """accuracies: {level tuple: accuracy}; memory_off likewise; gates: final {layer: value}."""
         axes = AXES[task]
-        cell_id = f"{task}-{variant}-{model}-{seed}-{'_'.join(map(str, train_level))}".replace("=", "").replace(".", "p")
+        cell_id = f"{task}-{variant}-{model}-{seed}-{'_'.join(map(str, train_level))}"
+        cell_id = cell_id.replace("=", "").replace(".", "p")
         gated = gates is not None
         steps_per_s = steps_per_s or (2.0 if gated else 20.0)
         evals = []
@@ -71,7 +72,8 @@ class RunBuilder:
     def manifest(self, extra_ids=()):
         write_json(self.run_dir / "manifest.json", {
             "tmem_bench_version": "0.1.0", "torch_version": "test", "command": ["tmem-bench", "run", "all"],
-            "device": "cpu", "started": "2026-01-01T00:00:00+00:00", "settings": {}, "cells": self.ids + list(extra_ids),
+            "device": "cpu", "started": "2026-01-01T00:00:00+00:00", "settings": {},
+            "cells": self.ids + list(extra_ids),
         })
 
 
@@ -194,7 +196,7 @@ def test_gate_and_training_figures_and_tables(report):
     assert gates["lines"]["layer0 seed 0"]["step"] == [0, 50, 100, 150]
     assert gates["lines"]["layer0 seed 0"]["gate"][-1] == pytest.approx(0.52)
     training = report.figures["training_occlusion"]["panels"]
-    assert [p["title"] for p in training] == ["occlusion @ occlusion_len=0: loss", "occlusion @ occlusion_len=0: train_acc"]
+    assert [p["title"] for p in training] == [f"occlusion @ occlusion_len=0: {m}" for m in ("loss", "train_acc")]
     assert training[1]["lines"]["tensor seed 2"]["train_acc"] == pytest.approx([0.2 / 3 + 0.02, 0.4 / 3 + 0.02, 0.22])
     text = report.path.read_text()
     assert "| tensor | layer0 | 0.500 | 0.700 (18 cells) | 0.900 (12 cells) | 0.550 (3 cells) |" in text
@@ -225,7 +227,8 @@ def test_no_harm_verdict_on_both_sides_of_both_thresholds():
     assert no_harm_verdict(0.995, 1.0, 0.56, 0.5)["verdict"] == "fail"  # gate moved 0.06 up
     assert no_harm_verdict(0.995, 1.0, 0.44, 0.5)["verdict"] == "fail"  # gate moved 0.06 down
     v = no_harm_verdict(0.985, 1.0, 0.6, 0.5)
-    assert v["verdict"] == "fail" and "-1.50 points (outside 1)" in v["reason"] and "+0.100 (outside 0.05)" in v["reason"]
+    assert v["verdict"] == "fail"
+    assert "-1.50 points (outside 1)" in v["reason"] and "+0.100 (outside 0.05)" in v["reason"]
     assert no_harm_verdict(0.995, None, 0.5, 0.5)["verdict"] == INCONCLUSIVE
 
 
@@ -380,7 +383,8 @@ def test_report_command(tmp_path, capsys):
     assert (tmp_path / "run" / "report.md").is_file() and (tmp_path / "run" / "figures").is_dir()
     (tmp_path / "file").write_text("x")
     (tmp_path / "empty").mkdir()
-    for bad, needle in (("nope", "does not exist"), ("file", "is not a directory"), ("empty", "is not a run directory")):
+    bad_dirs = (("nope", "does not exist"), ("file", "is not a directory"), ("empty", "is not a run directory"))
+    for bad, needle in bad_dirs:
         assert main(["report", str(tmp_path / bad)]) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -136,30 +136,20 @@ def load_run(run_dir) -> RunData:
         except (OSError, json.JSONDecodeError) as e:
             problems.append(f"manifest.json is unreadable ({e}); planned cells cannot be checked")
 
-    table_rows, history_rows, gate_rows, axes, axis_is_int = [], [], [], {}, {}
-    stored_ids, n_cells = set(), 0
+    results, stored_ids = [], set()
     for path in sorted(cells_dir.glob("*.json")) if cells_dir.is_dir() else []:
         stored_ids.add(path.stem)
         try:
             result = read_cell(path)
-            cell_rows = rows(result)
-            history, gates = _history_rows(result), _gate_rows(result)
+            for parse in (rows, _history_rows, _gate_rows):
+                parse(result)  # a malformed file is named here instead of failing the whole report later
         except ValueError as e:
             problems.append(str(e))
             continue
         except (KeyError, TypeError, AttributeError) as e:
             problems.append(f"cell file {path} is incomplete ({type(e).__name__}: {e})")
             continue
-        n_cells += 1
-        table_rows += cell_rows
-        history_rows += history
-        gate_rows += gates
-        task = result["cell"]["task"]
-        axes.setdefault(task, tuple(result["cell"]["train_level"]))
-        for level in [result["cell"]["train_level"]] + [e["level"] for e in result["eval"]]:
-            for axis, value in level.items():
-                axis_is_int[axis] = axis_is_int.get(axis, True) and isinstance(value, int) \
-                    and not isinstance(value, bool)
+        results.append(result)
 
     planned = manifest.get("cells", []) if isinstance(manifest, dict) else []
     missing = [cid for cid in planned if cid not in stored_ids]
@@ -167,7 +157,25 @@ def load_run(run_dir) -> RunData:
         described = _planned_descriptions(manifest)
         for cid in missing:
             what = f" ({described[cid]})" if cid in described else ""
-            problems.append(f"cell {cid}{what} is planned in manifest.json but {cells_dir / (cid + '.json')} is missing")
+            path = cells_dir / f"{cid}.json"
+            problems.append(f"cell {cid}{what} is planned in manifest.json but {path} is missing")
+    return run_data(results, run_dir, manifest, problems)
+
+
+def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
+             problems: list[str] | None = None) -> RunData:
+    """The report's tables built from cell results (already read and checked)."""
+    table_rows, history_rows, gate_rows, axes, axis_is_int = [], [], [], {}, {}
+    for result in results:
+        table_rows += rows(result)
+        history_rows += _history_rows(result)
+        gate_rows += _gate_rows(result)
+        cell = result["cell"]
+        axes.setdefault(cell["task"], tuple(cell["train_level"]))
+        for level in [cell["train_level"]] + [e["level"] for e in result["eval"]]:
+            for axis, value in level.items():
+                is_int = isinstance(value, int) and not isinstance(value, bool)
+                axis_is_int[axis] = axis_is_int.get(axis, True) and is_int
 
     table = pd.DataFrame(table_rows)
     if not table.empty:
@@ -179,8 +187,8 @@ def load_run(run_dir) -> RunData:
             if is_int:  # rows of other tasks lack the axis, which would turn 50 into 50.0
                 table[axis] = table[axis].astype("Int64")
                 table[f"train_{axis}"] = table[f"train_{axis}"].astype("Int64")
-    return RunData(run_dir, manifest, table, pd.DataFrame(history_rows), pd.DataFrame(gate_rows), axes,
-                   problems, n_cells)
+    return RunData(Path(run_dir), manifest, table, pd.DataFrame(history_rows), pd.DataFrame(gate_rows), axes,
+                   list(problems or []), len(results))
 
 
 def _cell_keys(result: dict) -> dict:
@@ -235,6 +243,11 @@ def _task_label(task: str, variant: str) -> str:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def _natural(name: str) -> list:
+    """Sort key that puts layer2 before layer10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
 
 
 def _ordered(values, first=()) -> list:
@@ -437,7 +450,7 @@ def accuracy_figure(panels: list[dict], x_axis: str, title: str, style: _Style, 
     return fig, drawn
 
 
-def gate_figure(data: RunData, task: str, style: _Style):
+def gate_figure(data: RunData, task: str):
     """sigmoid(gamma) per layer against step for every gated cell of a task; step 0 is the initial value."""
     gates = data.gates[data.gates["task"] == task]
     rank = _train_level_rank(data, task)
@@ -446,7 +459,7 @@ def gate_figure(data: RunData, task: str, style: _Style):
     fig, axes = _new_figure(len(groups))
     drawn = {"title": f"{task}: gate values", "panels": []}
     for ax, ((variant, model, train_level), g) in zip(axes, groups):
-        layers = sorted(g["layer"].unique())
+        layers = sorted(g["layer"].unique(), key=_natural)
         panel = {"title": f"{_series_label(model, variant)} @ {train_level}", "lines": {}, "initial": {}}
         for i, layer in enumerate(layers):
             color = _LAYER_COLORS[i % len(_LAYER_COLORS)]
@@ -514,7 +527,7 @@ def reliance_figure(reliance: pd.DataFrame, style: _Style):
     drawn = {"title": "memory reliance: accuracy - accuracy with memory off", "panels": []}
     for ax, task in zip(axes, tasks):
         r = reliance[reliance["task"] == task]
-        levels = list(dict.fromkeys(r["level"]))
+        levels = sorted(dict.fromkeys(r["level"]), key=_level_sort_key)
         # The summary selection leaves one training level per series and evaluation level.
         series = list(dict.fromkeys(zip(r["series"], r["variant"])))
         width = 0.8 / max(len(series), 1)
@@ -646,13 +659,24 @@ def _summary_cells(r) -> list[str]:
 def summary_markdown(summary: pd.DataFrame) -> str:
     parts = []
     for task, g in summary.groupby("task", sort=False):
-        parts.append(f"**{task}**\n\n" + _md_table(list(_SUMMARY_COLUMNS), [_summary_cells(r) for _, r in g.iterrows()]))
+        body = [_summary_cells(r) for _, r in g.iterrows()]
+        parts.append(f"**{task}**\n\n" + _md_table(list(_SUMMARY_COLUMNS), body))
     return "\n\n".join(parts)
 
 
 def _level_values(key: str) -> list[str]:
     """'n_writes=20,noise=0.05' -> ['20', '0.05'] (the axis names go into the column headers)."""
     return [] if key == "-" else [part.partition("=")[2] for part in key.split(",")]
+
+
+def _level_sort_key(key: str) -> tuple:
+    values = []
+    for v in _level_values(key):
+        try:
+            values.append((0, float(v), ""))
+        except ValueError:
+            values.append((1, 0.0, v))
+    return tuple(values)
 
 
 def summary_rich(data: RunData):
@@ -702,16 +726,7 @@ def summary_rich(data: RunData):
 
 def summary_table(results: list[dict]):
     """Console summary for a list of cell results (as returned by the runner)."""
-    table_rows, axes = [], {}
-    for result in results:
-        table_rows += rows(result)
-        axes.setdefault(result["cell"]["task"], tuple(result["cell"]["train_level"]))
-    table = pd.DataFrame(table_rows)
-    if not table.empty:
-        table["series"] = [_series_label(m, v) for m, v in zip(table["model"], table["variant"])]
-        table["accuracy_memory_off"] = pd.to_numeric(table["accuracy_memory_off"], errors="coerce")
-    data = RunData(Path("."), None, table, pd.DataFrame(), pd.DataFrame(), axes, [], len(results))
-    return summary_rich(data)
+    return summary_rich(run_data(results))
 
 
 def reliance_frame(summary: pd.DataFrame) -> pd.DataFrame:
@@ -732,7 +747,7 @@ def final_gate_table(data: RunData) -> tuple[list[str], list[list[str]]]:
     header = ["model", "layer", "initial"] + [_task_label(t, v) for t, v in columns]
     body = []
     for model in _models(final):
-        for layer in sorted(final[final["model"] == model]["layer"].unique()):
+        for layer in sorted(final[final["model"] == model]["layer"].unique(), key=_natural):
             sel = (last["model"] == model) & (last["layer"] == layer)
             row = [model, layer, f"{init[(init['model'] == model) & (init['layer'] == layer)]['gate'].mean():.3f}"]
             for task, variant in columns:
@@ -1211,14 +1226,14 @@ def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
             gen = []
             for title, p in zip(titles, panels):
                 rows_ = generalisation_view(data, task, x_axis, trained_x, p)
-                gen.append({"title": title, "curves": curve_data(rows_, x_axis,
-                                                                 label_by_train_level=rows_["train_level"].nunique() > 1)})
+                by_level = rows_["train_level"].nunique() > 1
+                gen.append({"title": title, "curves": curve_data(rows_, x_axis, label_by_train_level=by_level)})
             emit(f"accuracy_{_slug(task)}_from_{_slug(x_axis)}{trained_x}", accuracy_figure(
                 gen, x_axis, f"{task}: trained at {x_axis}={trained_x}, evaluated at every level", style,
                 trained_x=trained_x))
     for task in _tasks(data):
         if not data.gates.empty and task in set(data.gates["task"]):
-            emit(f"gates_{_slug(task)}", gate_figure(data, task, style))
+            emit(f"gates_{_slug(task)}", gate_figure(data, task))
     for task in _tasks(data):
         if not data.history.empty and task in set(data.history["task"]):
             emit(f"training_{_slug(task)}", training_figure(data, task, style))
