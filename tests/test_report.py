@@ -218,6 +218,14 @@ def test_summary_rows_have_ci_cost_and_probe(report):
     assert list(cb["level"]) == [f"n_writes={w},noise={n}" for w in (5, 20, 50) for n in NOISES]
 
 
+def test_training_loop_speed_comes_from_the_logged_windows():
+    from tmem_bench.report import _loop_steps_per_s
+
+    result = {"steps_per_s": 1.0, "history": [{"step": 50, "steps_per_s": 10.0}, {"step": 60, "steps_per_s": 5.0}]}
+    assert _loop_steps_per_s(result) == pytest.approx(60 / (50 / 10 + 10 / 5))
+    assert _loop_steps_per_s({"steps_per_s": 1.5, "history": []}) == 1.5
+
+
 def test_no_harm_verdict_on_both_sides_of_both_thresholds():
     assert no_harm_verdict(0.995, 1.0, 0.52, 0.5)["verdict"] == "pass"
     assert no_harm_verdict(0.985, 1.0, 0.52, 0.5)["verdict"] == "fail"  # 1.5 points below base
