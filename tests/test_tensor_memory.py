@@ -1,8 +1,6 @@
 """Tensor Memory: the fast path against its naive twin, causality, gates, settings."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
