@@ -147,7 +147,7 @@ def _step_functions(kernel: str):
 
 def _call(name: str, fn, eager_fn, compiled: bool, kernel: str, *args):
     """Run a step, falling back to eager (for the rest of the process) if compilation fails."""
-    if not compiled:
+    if not compiled or (kernel == "auto" and _compile_failed):
         return eager_fn(*args)
     for i in _BATCH_ARGS[name]:
         torch._dynamo.maybe_mark_dynamic(args[i], 0)
