@@ -1240,6 +1240,8 @@ def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
                 rows_ = generalisation_view(data, task, x_axis, trained_x, p)
                 by_level = rows_["train_level"].nunique() > 1
                 gen.append({"title": title, "curves": curve_data(rows_, x_axis, label_by_train_level=by_level)})
+            if not any(len(s["x"]) >= 2 for p in gen for s in p["curves"]["series"].values()):
+                continue  # evaluated only where trained: the training view already shows it
             emit(f"accuracy_{_slug(task)}_from_{_slug(x_axis)}{trained_x}", accuracy_figure(
                 gen, x_axis, f"{task}: trained at {x_axis}={trained_x}, evaluated at every level", style,
                 trained_x=trained_x))
