@@ -217,7 +217,7 @@ def test_gate_and_training_figures_and_tables(report):
     assert gates["lines"]["layer0 seed 0"]["step"] == [0, 50, 100, 150]
     assert gates["lines"]["layer0 seed 0"]["gate"][-1] == pytest.approx(0.52)
     training = report.figures["training_occlusion"]["panels"]
-    assert [p["title"] for p in training] == [f"occlusion @ occlusion_len=0: {m}" for m in ("loss", "train_acc")]
+    assert [(p["title"], p["metric"]) for p in training] == [("trained at occlusion_len=0", m) for m in ("loss", "train_acc")]
     assert training[1]["lines"]["tensor seed 2"]["train_acc"] == pytest.approx([0.2 / 3 + 0.02, 0.4 / 3 + 0.02, 0.22])
     text = report.path.read_text()
     assert "| tensor | layer0 | 0.500 | 0.700 (18 cells) | 0.900 (12 cells) | 0.550 (3 cells) |" in text

@@ -511,7 +511,8 @@ def training_figure(data: RunData, task: str, style: _Style):
     for k, ((variant, train_level), g) in enumerate(groups):
         for m, metric in enumerate(("loss", "train_acc")):
             ax = axes[2 * k + m]
-            panel = {"title": f"{_task_label(task, variant)} @ {train_level}: {metric}", "lines": {}}
+            prefix = "" if variant == "standard" else f"[{variant}] "
+            panel = {"title": f"{prefix}trained at {train_level}", "metric": metric, "lines": {}}
             for model in _models(g):
                 for j, (seed, sg) in enumerate(sorted(g[g["model"] == model].groupby("seed"))):
                     sg = sg.sort_values("step")
@@ -1227,7 +1228,7 @@ def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
         if x_axis is None:
             continue
         panels = _panels(data, task, x_axis)
-        titles = [_level_key(p) or task for p in panels]
+        titles = [_level_key(p) if p else "" for p in panels]  # one-axis tasks: the figure title says it all
         trained = [{"title": title, "curves": curve_data(training_view(data, task, p), x_axis)}
                    for title, p in zip(titles, panels)]
         if any(len(s["x"]) >= 2 for p in trained for s in p["curves"]["series"].values()):
