@@ -92,7 +92,6 @@ class MapBuilding(Task):
     name = "map_building"
     axes = ("horizon",)
     n_classes = 2
-    env_id = ENV_ID
 
     def __init__(self, trajectory: str = "random", p_occupied: float = 0.5, block_queries: bool = False):
         if trajectory not in TRAJECTORIES:

@@ -17,7 +17,9 @@ Options:
   occluder = True  instead of blanking, a static grey (0.5) rectangle is drawn in
                    every frame over the bounding box of the ball's hidden positions,
                    and the ball passes behind it (it may also be partly covered in
-                   visible frames next to the hidden ones).
+                   visible frames next to the hidden ones). The box's size and place
+                   follow the hidden path, so it carries information about it; the
+                   ceiling counts that (with every frame hidden it is about 0.45, not 0.25).
 
 Tokens: each frame is cut into 16 patches of 4x4 pixels (row-major); a patch's 16
 pixels go through one Linear to d, plus learned patch-position and frame-position
