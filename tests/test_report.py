@@ -378,7 +378,10 @@ def test_report_is_reproducible(tmp_path):
                gates={"layer0": 0.6, "layer1": 0.4})
     first = write_report(tmp_path)
     md, svg = first.path.read_text(), (tmp_path / "figures" / "gates_map_building.svg").read_bytes()
+    stale = tmp_path / "figures" / "accuracy_map_building_from_horizon99.png"
+    stale.write_bytes(b"from an earlier report")
     write_report(tmp_path)
+    assert not stale.exists()
     assert first.path.read_text() == md and (tmp_path / "figures" / "gates_map_building.svg").read_bytes() == svg
     assert not list((tmp_path / "figures").glob(".*"))  # no temporary files left behind
 

@@ -53,6 +53,7 @@ _EPS = 1e-9  # thresholds are inclusive; this keeps 0.99 - 1.0 from failing "wit
 
 SUPPORTED, REFUTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
+KNOWN_MODELS = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "tensor", "tensor_local")
 
 
 # Statistics
@@ -376,7 +377,10 @@ class _Style:
 
         models = _models(table) if not table.empty else []
         palette = colormaps["tab10"].colors
-        self.colors = {m: palette[i % len(palette)] for i, m in enumerate(models)}
+        # The suite's own models keep one colour in every report; others take the colours after them.
+        others = [m for m in models if m not in KNOWN_MODELS]
+        index = {m: i for i, m in enumerate(list(KNOWN_MODELS) + others)}
+        self.colors = {m: palette[index[m] % len(palette)] for m in models}
         variants = _variants(table) if not table.empty else []
         self.styles = {v: _LINESTYLES[i % len(_LINESTYLES)] for i, v in enumerate(variants)}
         self.series = {}
@@ -1255,7 +1259,14 @@ def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
     reliance = reliance_frame(summary_frame(data))
     if not reliance.empty:
         emit("memory_reliance", reliance_figure(reliance, style))
+    for path in figures_dir.glob("*") if figures_dir.is_dir() else []:
+        # Figures of an earlier report that this one no longer draws would contradict report.md.
+        if path.suffix in (".png", ".svg") and path.stem not in drawn and path.name.startswith(_FIGURE_PREFIXES):
+            path.unlink()
     return drawn
+
+
+_FIGURE_PREFIXES = ("accuracy_", "gates_", "training_", "memory_reliance")
 
 
 def write_report(run_dir) -> Report:
