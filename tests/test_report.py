@@ -213,7 +213,7 @@ def test_generalisation_view_of_a_per_level_sweep(tmp_path):
 
 def test_gate_and_training_figures_and_tables(report):
     gates = report.figures["gates_no_harm"]["panels"][0]
-    assert gates["title"] == "tensor @ -" and gates["initial"] == {"layer0": 0.5, "layer1": 0.5}
+    assert gates["title"] == "tensor" and gates["initial"] == {"layer0": 0.5, "layer1": 0.5}
     assert gates["lines"]["layer0 seed 0"]["step"] == [0, 50, 100, 150]
     assert gates["lines"]["layer0 seed 0"]["gate"][-1] == pytest.approx(0.52)
     training = report.figures["training_occlusion"]["panels"]

@@ -476,7 +476,8 @@ def gate_figure(data: RunData, task: str):
     drawn = {"title": f"{task}: gate values", "panels": []}
     for ax, ((variant, model, train_level), g) in zip(axes, groups):
         layers = sorted(g["layer"].unique(), key=_natural)
-        panel = {"title": f"{_series_label(model, variant)} @ {train_level}", "lines": {}, "initial": {}}
+        where = "" if train_level == "-" else f" @ {train_level}"
+        panel = {"title": _series_label(model, variant) + where, "lines": {}, "initial": {}}
         for i, layer in enumerate(layers):
             color = _LAYER_COLORS[i % len(_LAYER_COLORS)]
             for j, (seed, lg) in enumerate(sorted(g[g["layer"] == layer].groupby("seed"))):
