@@ -912,7 +912,7 @@ _LEARNED_RULE = (f" No verdict (inconclusive) where no compared model is more th
                  f"above chance (nothing was learned).")
 
 
-def _memory_vs_baselines(claim: Claim, data: RunData, task: str, where: str) -> None:
+def _memory_vs_baselines(claim: Claim, data: RunData, task: str) -> None:
     """Fill a claim 'the memory model clearly beats the attention baselines at the largest level'."""
     reason = _missing_models(data, task)
     if reason:
@@ -930,13 +930,13 @@ def _memory_vs_baselines(claim: Claim, data: RunData, task: str, where: str) -> 
             common = sorted(set(memory[x_axis]) & set(baselines[x_axis]))
             if not common:
                 continue
-            x = common[-1] if where == "largest" else common[0]
+            x = common[-1]
             mem_x, base_x = memory[memory[x_axis] == x], baselines[baselines[x_axis] == x]
             best = max(_models(base_x), key=lambda m: base_x[base_x["model"] == m]["accuracy"].mean())
             best_x = base_x[base_x["model"] == best]
             cmp = compare(_per_seed(mem_x), _per_seed(best_x))
-            leak = _leak_note(data, [MEMORY_MODEL, best]) or _nothing_learned(mem_x, best_x)
-            verdict = INCONCLUSIVE if leak else cmp["verdict"]
+            withheld = _leak_note(data, [MEMORY_MODEL, best]) or _nothing_learned(mem_x, best_x)
+            verdict = INCONCLUSIVE if withheld else cmp["verdict"]
             verdicts.append(verdict)
             off = mem_x.dropna(subset=["accuracy_memory_off"])
             claim.evidence.append({
@@ -947,7 +947,7 @@ def _memory_vs_baselines(claim: Claim, data: RunData, task: str, where: str) -> 
                 "lead (points)": _fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
                 f"{MEMORY_MODEL} memory off": _fmt_pct(off["accuracy_memory_off"].mean()) if not off.empty else "-",
                 "chance": _fmt_pct(mem_x["chance"].mean()), "ceiling": _fmt_pct(mem_x["ceiling"].mean()),
-                "verdict": verdict + (f" ({leak})" if leak else ""),
+                "verdict": verdict + (f" ({withheld})" if withheld else ""),
             })
         if verdicts:
             per_variant[variant] = combine(verdicts)
@@ -980,7 +980,7 @@ def claim_coordinate_binding(data: RunData) -> Claim:
         f"straddling -> inconclusive. All noise levels supported -> supported; any not supported -> not supported."
         + _LEARNED_RULE,
     )
-    _memory_vs_baselines(claim, data, "coordinate_binding", "largest")
+    _memory_vs_baselines(claim, data, "coordinate_binding")
     return claim
 
 
@@ -993,7 +993,7 @@ def claim_map_building(data: RunData) -> Claim:
         f"above {100 * CLAIM_MARGIN:g} points -> supported; below -> not supported; straddling -> inconclusive."
         + _LEARNED_RULE,
     )
-    _memory_vs_baselines(claim, data, "map_building", "largest")
+    _memory_vs_baselines(claim, data, "map_building")
     return claim
 
 
@@ -1037,9 +1037,9 @@ def claim_occlusion(data: RunData) -> Claim:
         best = min(base_drops, key=lambda m: base_drops[m].mean())
         cmp = compare(base_drops[best], mem)
         at_lo = rows_[rows_[x_axis] == x_lo]
-        leak = _leak_note(data, [MEMORY_MODEL, best]) or _nothing_learned(
+        withheld = _leak_note(data, [MEMORY_MODEL, best]) or _nothing_learned(
             at_lo[at_lo["model"] == MEMORY_MODEL], at_lo[at_lo["model"] == best])
-        verdict = INCONCLUSIVE if leak else cmp["verdict"]
+        verdict = INCONCLUSIVE if withheld else cmp["verdict"]
         per_variant[variant] = verdict
         mem_hi = rows_[(rows_["model"] == MEMORY_MODEL) & (rows_[x_axis] == x_hi)].dropna(
             subset=["accuracy_memory_off"])
@@ -1051,7 +1051,7 @@ def claim_occlusion(data: RunData) -> Claim:
             f"{MEMORY_MODEL} memory off at {x_axis}={x_hi}":
                 f"{_fmt_pct(mem_hi['accuracy_memory_off'].mean())} (on {_fmt_pct(mem_hi['accuracy'].mean())})"
                 if not mem_hi.empty else "-",
-            "verdict": verdict + (f" ({leak})" if leak else ""),
+            "verdict": verdict + (f" ({withheld})" if withheld else ""),
         })
     _headline(claim, per_variant)
     return claim
