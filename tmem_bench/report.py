@@ -669,7 +669,7 @@ def _summary_cells(r) -> list[str]:
     return [
         r["variant"], r["model"], r["trained at"], r["level"], str(r["seeds"]),
         _fmt_ci(r["accuracy"], r["low"], r["high"]), _fmt_pct(r["memory off"]), _fmt_pct(r["chance"]),
-        _fmt_pct(r["ceiling"]), "-" if r["params"] is None else f"{r['params']:,}",
+        _fmt_pct(r["ceiling"]), "-" if pd.isna(r["params"]) else f"{int(r['params']):,}",
         f"{r['wall s']:.0f}", f"{r['steps/s']:.3g}", r["probe"],
     ]
 
@@ -735,7 +735,7 @@ def summary_rich(data: RunData):
             if gated:
                 cells.append(_fmt_pct(r["memory off"]))
             cells += [_fmt_pct(r["chance"]), _fmt_pct(r["ceiling"]),
-                      "-" if r["params"] is None else f"{r['params'] / 1000:.0f}k", f"{r['wall s']:.0f}",
+                      "-" if pd.isna(r["params"]) else f"{r['params'] / 1000:.0f}k", f"{r['wall s']:.0f}",
                       f"{r['steps/s']:.3g}", r["probe"]]
             table.add_row(*map(escape, cells))
         tables.append(table)
