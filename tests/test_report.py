@@ -420,3 +420,14 @@ def test_report_command(tmp_path, capsys):
         assert main(["report", str(tmp_path / bad)]) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
+    from tmem_bench.cli import main
+
+    args = ["run", "coordinate_binding", "--models", "base", "--steps", "2", "--batch-size", "4",
+            "--level", "n_writes=2", "--out", str(tmp_path / "run")]
+    assert main(args + ["--no-report"]) == 0
+    assert not (tmp_path / "run" / "report.md").exists()
+    assert main(args) == 0  # resumes the finished cell, then reports
+    assert (tmp_path / "run" / "report.md").is_file() and "report: " in capsys.readouterr().out
