@@ -59,6 +59,7 @@ MEMORY_CASES = [
     dict(batch=2, seq=6, chunk_size=2, grid=4, write_mode="hard"),
     dict(batch=2, seq=6, chunk_size=1, grid=(4, 3, 5), coord_heads="separate"),
     dict(batch=2, seq=5, chunk_size=1, grid=4, sigma_scale=0.2),
+    dict(batch=37, seq=5, chunk_size=2, grid=3),  # several batch tiles of unequal size
 ]
 
 
@@ -123,6 +124,25 @@ def test_paper_sized_gradients_against_float64():
     naive_err = max(rel(a, b) for a, b in zip(results["naive"], results["naive64"]))
     assert_close(names, results["fast"], results["naive"], results["naive64"])
     assert fast_err < max(2 * naive_err, TOL), (fast_err, naive_err)
+
+
+def test_batch_tiles():
+    assert tm_fast.batch_tiles(37, 16) == [(0, 12), (12, 24), (24, 37)]
+    assert tm_fast.batch_tiles(16, 16) == [(0, 16)]
+    assert tm_fast.batch_tiles(1, 16) == [(0, 1)]
+
+
+@pytest.mark.parametrize("tile", [1, 2, 3])
+def test_tiled_scan_matches_naive_twin(monkeypatch, tile):
+    monkeypatch.setattr(tm_fast, "BATCH_TILE", tile)
+    model = get_backbone("tensor", 16, 2, 2, dropout=0.0, channels=4, grid=3, threading="reference", kernel="eager")
+    perturb(model, scale=0.1)
+    x = torch.randn(5, 6, 16, generator=torch.Generator().manual_seed(4))
+    outs = []
+    for m, dtype in ((model, torch.float32), (naive_twin(model), torch.float32), (naive_twin(model).double(), torch.float64)):
+        y = m(x.to(dtype))
+        outs.append([y, *grads(y.square().sum(), list(m.parameters()))])
+    assert_close(["output", *(n for n, _ in model.named_parameters())], *outs)
 
 
 def test_causality_probe_flags_reference_threading():

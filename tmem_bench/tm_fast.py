@@ -128,6 +128,8 @@ _BATCH_ARGS = {"forward": (0, 1, 2, 3, 5), "backward": (0, 1, 2, 3, 4, 6, 11, 12
 # evaluates every branch; realising each part into its slice is much faster here.
 _INDUCTOR_OPTIONS = {"max_pointwise_cat_inputs": 1}
 
+BATCH_TILE = 16
+
 _compiled: dict[str, object] = {}
 _compile_failed: list[str] = []
 
@@ -161,52 +163,72 @@ def _call(name: str, fn, eager_fn, compiled: bool, kernel: str, *args):
         return eager_fn(*args)
 
 
+def batch_tiles(batch: int, tile: int) -> list[tuple[int, int]]:
+    """Balanced [start, end) slices of at most `tile` sequences each."""
+    n = -(-batch // tile)
+    bounds = [batch * i // n for i in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 class TensorMemoryScan(torch.autograd.Function):
-    """(h0, c0), N read points and N writes -> N reads (each before its chunk's write) and (h_N, c_N)."""
+    """(h0, c0), N read points and N writes -> N reads (each before its chunk's write) and (h_N, c_N).
+
+    The batch is scanned in tiles of BATCH_TILE sequences, each tile through all
+    steps before the next: a tile's state, gates and gradients stay in cache
+    between the step's kernels (measured about 2x faster per step than one
+    batch of 128 on a 2-core CPU).
+    """
 
     @staticmethod
     def forward(ctx, cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str):
         # cyz (N, B, D, H, C), ux (N, B, W, C), bvol (H, W, C), w3 (N, B, D, H, W), h0 / c0 (B, D, H, W, C)
         fwd, _, compiled = _step_functions(kernel)
-        N = cyz.shape[0]
-        reads = h0.new_empty((N, h0.shape[0], h0.shape[-1]))  # (N, B, C)
+        N, B = cyz.shape[:2]
+        tiles = batch_tiles(B, BATCH_TILE)
         keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
+        reads = h0.new_empty((N, B, h0.shape[-1]))  # (N, B, C)
+        hN, cN = torch.empty_like(h0), torch.empty_like(c0)
         saved = []
-        h, c = h0, c0
-        for n in range(N):
-            h_new, c_new, z, reads[n] = _call("forward", fwd, forward_step, compiled, kernel,
-                                              h, c, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, mix_b,
-                                              factorised)
-            if keep:
-                saved += [h, c, z]
-            h, c = h_new, c_new
+        for b0, b1 in tiles:
+            h, c = h0[b0:b1], c0[b0:b1]
+            for n in range(N):
+                h_new, c_new, z, reads[n, b0:b1] = _call(
+                    "forward", fwd, forward_step, compiled, kernel,
+                    h, c, cyz[n, b0:b1], ux[n, b0:b1], bvol, w3[n, b0:b1], taps, biases, mix_w, mix_b, factorised)
+                if keep:
+                    saved += [h, c, z]
+                h, c = h_new, c_new
+            hN[b0:b1], cN[b0:b1] = h, c
         ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved)
-        ctx.factorised, ctx.kernel = factorised, kernel
-        return reads, h, c
+        ctx.factorised, ctx.kernel, ctx.tiles = factorised, kernel, tiles
+        return reads, hN, cN
 
     @staticmethod
     def backward(ctx, d_reads, d_hN, d_cN):
         cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved = ctx.saved_tensors
         _, bwd, compiled = _step_functions(ctx.kernel)
-        N = cyz.shape[0]
-        h0 = saved[0]
-        dh = torch.zeros_like(h0) if d_hN is None else d_hN
-        dc = torch.zeros_like(h0) if d_cN is None else d_cN
+        N, B = cyz.shape[:2]
+        state_shape = (B, *saved[0].shape[1:])
+        d_h0, d_c0 = saved[0].new_empty(state_shape), saved[0].new_empty(state_shape)
         if d_reads is None:
-            d_reads = h0.new_zeros((N, h0.shape[0], h0.shape[-1]))
+            d_reads = saved[0].new_zeros((N, B, state_shape[-1]))
         d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
-        # Weight gradients are summed per step, then across steps: staged summation
-        # keeps them at the fp32 error of a single reduction.
+        # Weight gradients are summed per tile and step, then across them: staged
+        # summation keeps them at the fp32 error of a single reduction.
         parts = []
-        for n in reversed(range(N)):
-            h, c, z = saved[3 * n: 3 * n + 3]
-            out = _call("backward", bwd, backward_step, compiled, ctx.kernel,
-                        h, c, z, cyz[n], ux[n], bvol, w3[n], taps, biases, mix_w, mix_b, dh, dc, d_reads[n],
-                        ctx.factorised)
-            dh, dc, d_cyz[n], d_ux[n], d_w3[n] = out[:5]
-            parts.append(out[5:])
+        for t, (b0, b1) in enumerate(ctx.tiles):
+            dh = saved[0].new_zeros((b1 - b0, *state_shape[1:])) if d_hN is None else d_hN[b0:b1]
+            dc = saved[0].new_zeros((b1 - b0, *state_shape[1:])) if d_cN is None else d_cN[b0:b1]
+            for n in reversed(range(N)):
+                h, c, z = saved[3 * (t * N + n): 3 * (t * N + n) + 3]
+                out = _call("backward", bwd, backward_step, compiled, ctx.kernel,
+                            h, c, z, cyz[n, b0:b1], ux[n, b0:b1], bvol, w3[n, b0:b1], taps, biases, mix_w, mix_b,
+                            dh, dc, d_reads[n, b0:b1], ctx.factorised)
+                dh, dc, d_cyz[n, b0:b1], d_ux[n, b0:b1], d_w3[n, b0:b1] = out[:5]
+                parts.append(out[5:])
+            d_h0[b0:b1], d_c0[b0:b1] = dh, dc
         d_bvol, d_taps, d_biases, d_mix_w, d_mix_b = (torch.stack(p).sum(0) for p in zip(*parts))
-        return d_cyz, d_ux, d_bvol, d_w3, dh, dc, d_taps, d_biases, d_mix_w, d_mix_b, None, None
+        return d_cyz, d_ux, d_bvol, d_w3, d_h0, d_c0, d_taps, d_biases, d_mix_w, d_mix_b, None, None
 
 
 def scan(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str = "auto"):
