@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from typing import Callable
 
 import torch
@@ -56,6 +56,12 @@ def evaluate(model: TaskModel, batch: Batch, device: torch.device) -> tuple[floa
         total_correct += acc.item() * k
         n += k
     return total_correct / n, total_loss / n
+
+
+def _config(backbone) -> dict | None:
+    """Every setting of the backbone, defaults included, so results record what actually ran."""
+    config = getattr(backbone, "config", None)
+    return asdict(config) if is_dataclass(config) else None
 
 
 def run_cell(
@@ -138,6 +144,7 @@ def run_cell(
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
         "device": str(device),
+        "model_config": _config(model.backbone),
         "n_params": n_params,
         "n_backbone_params": n_backbone_params,
         "wall_time_s": time.perf_counter() - start,
