@@ -85,6 +85,10 @@ class Task:
     def make_adapter(self, d_model: int) -> Adapter:
         raise NotImplementedError
 
+    def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
+        """(B, n_scored) predictions of the best reader of the inputs; its accuracy is the ceiling."""
+        raise NotImplementedError
+
     def chance(self, level: Level) -> float:
         """Accuracy of the best constant predictor."""
         return 1.0 / self.n_classes

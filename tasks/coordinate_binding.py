@@ -72,6 +72,10 @@ class CoordinateBinding(Task):
         target = torch.gather(values, 1, nearest_key(keys, queries))
         return {"keys": keys, "values": values, "queries": queries, "target": target}
 
+    def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
+        """(B, Q) values of the written keys nearest to the queries."""
+        return torch.gather(batch["values"], 1, nearest_key(batch["keys"], batch["queries"]))
+
     def make_adapter(self, d_model: int) -> Adapter:
         return CoordinateBindingAdapter(d_model, self.n_classes, self.n_queries, self.block_queries)
 

@@ -124,8 +124,6 @@ def test_fingerprints_are_stable_across_processes():
 @pytest.mark.parametrize("name,options", VARIANTS, ids=VARIANT_IDS)
 def test_oracle_reaches_the_ceiling(name, options):
     task = get_task(name, **options)
-    if not hasattr(task, "oracle"):
-        pytest.skip(f"task {name} offers no oracle(level, batch)")
     levels = profile_levels(name) + profile_levels(name, "paper")
     for level in [dict(k) for k in dict.fromkeys(tuple(level.items()) for level in levels)]:
         batch, _ = task.eval_set(level, EVAL_N)

@@ -176,8 +176,11 @@ def _print_params(console, profile: dict) -> None:
 def cmd_list(args) -> int:
     from rich.console import Console
 
-    from .plan import load_profile, profile_names
+    from rich.markup import escape
+
+    from .plan import Overrides, load_profile, plan_task, profile_names
     from .registry import backbone_names, get_task, task_names
+    from .tasks.base import level_key
 
     console = Console(highlight=False, soft_wrap=True)
     profiles = {name: load_profile(name) for name in profile_names()}
@@ -186,13 +189,23 @@ def cmd_list(args) -> int:
         task = get_task(name)
         console.print(f"  [bold]{name}[/bold]  axes: {', '.join(task.axes) or 'none'}  classes: {task.n_classes}")
         for pname, profile in profiles.items():
-            section = profile.get("tasks", {}).get(name)
-            if section is None:
+            if name not in profile.get("tasks", {}):
                 continue
-            grid = " x ".join(f"{a} {','.join(map(str, v))}" for a, v in section.get("levels", {}).items())
-            trained = section.get("train_at")
-            where = f"; trained at {', '.join(f'{a}={v}' for a, v in trained.items())}" if trained else ""
-            console.print(f"    {pname}: {grid or 'no axis'}{where}")
+            by_variant: dict[str, list] = {}
+            for cell in plan_task(name, profile, Overrides()):
+                by_variant.setdefault(cell.variant, []).append(cell)
+            for variant, cells in by_variant.items():
+                axes = {a: sorted({lv[a] for lv in cells[0].eval_levels}) for a in task.axes}
+                grid = " x ".join(f"{a} {','.join(map(str, v))}" for a, v in axes.items()) or "no axis"
+                trained = sorted({level_key(c.train_level) for c in cells})
+                if not task.axes:
+                    where = ""
+                elif len(trained) == len(cells[0].eval_levels) > 1:
+                    where = "; trained at each level"
+                else:
+                    where = f"; trained at {' | '.join(trained)}"
+                models = ", ".join(dict.fromkeys(c.label for c in cells))
+                console.print(escape(f"    {pname} [{variant}]: {grid}{where}; models {models}"))
     console.print("[bold]models[/bold]: " + ", ".join(backbone_names()))
     if args.params:
         _print_params(console, profiles.get("quick", {}))
