@@ -954,18 +954,26 @@ def _memory_vs_baselines(claim: Claim, data: RunData, task: str) -> None:
     _headline(claim, per_variant)
 
 
+def _paper_setting(variant: str) -> bool:
+    """Whether a variant keeps the paper's information flow (it may still differ in size, e.g. fewer frames)."""
+    return "block_queries=True" not in variant.split(",")
+
+
 def _headline(claim: Claim, per_variant: dict[str, str]) -> None:
-    """The paper's setting is the standard variant; memory-forcing variants are reported beside it."""
+    """The verdict comes from the variants in the paper's setting; memory-forcing variants are reported beside it."""
+    paper = [v for v in per_variant if _paper_setting(v)]
     for variant, verdict in per_variant.items():
-        if variant != "standard":
+        if variant not in paper:
             claim.notes.append(f"under the variant {variant} (not in the paper) the same rule gives: {verdict}")
-    if "standard" in per_variant:
-        claim.verdict = per_variant["standard"]
-        rows_ = [e for e in claim.evidence if e.get("variant") == "standard"]
+        elif variant != "standard":
+            claim.notes.append(f"the paper's setting was run as the variant {variant}")
+    if paper:
+        claim.verdict = combine([per_variant[v] for v in paper])
+        rows_ = [e for e in claim.evidence if e.get("variant") in paper]
         claim.reason = "; ".join(f"{e.get('level') or e.get('levels')}: {e['verdict']}" for e in rows_)
     else:
         claim.verdict = INCONCLUSIVE
-        claim.reason = ("no standard-variant cells with both the memory model and a baseline (the paper's setting)"
+        claim.reason = ("no cells in the paper's setting with both the memory model and a baseline"
                         if not per_variant else "this run has only memory-forcing variants, not the paper's setting")
 
 
