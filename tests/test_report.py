@@ -431,3 +431,17 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
     assert not (tmp_path / "run" / "report.md").exists()
     assert main(args) == 0  # resumes the finished cell, then reports
     assert (tmp_path / "run" / "report.md").is_file() and "report: " in capsys.readouterr().out
+
+
+def test_a_resized_variant_still_counts_as_the_papers_setting(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed in range(3):
+        for model, accs in {"base": (0.95, 0.60), "tensor": (0.95, 0.90)}.items():
+            b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs, 0.01 * seed))),
+                   variant="n_frames=4")
+            b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs[:1] * 2, 0.01 * seed))),
+                   variant="block_queries=True,n_frames=4")
+    claim = claim_occlusion(load_run(tmp_path))
+    assert claim.verdict == SUPPORTED
+    assert any("run as the variant n_frames=4" in n for n in claim.notes)
+    assert any("block_queries=True,n_frames=4 (not in the paper)" in n for n in claim.notes)
