@@ -103,7 +103,8 @@ def cmd_run(args) -> int:
     from rich.console import Console
 
     from .plan import Overrides, make_plan
-    from .runner import run_plan, summary_table
+    from .report import summary_table
+    from .runner import run_plan
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")

@@ -16,11 +16,9 @@ from .results import cell_path, load_cells, read_cell, results_table, write_atom
 from .train import resolve_device, run_cell
 
 
-def write_table(run_dir: Path) -> "pd.DataFrame":
+def write_table(run_dir: Path) -> None:
     results, _ = load_cells(run_dir)
-    table = results_table(results)
-    write_atomic(run_dir / "results.csv", table.to_csv(index=False))
-    return table
+    write_atomic(run_dir / "results.csv", results_table(results).to_csv(index=False))
 
 
 def run_plan(
@@ -75,9 +73,3 @@ def run_plan(
     wanted = {c.id for c in cells}
     return [r for r in results if r["cell_id"] in wanted]
 
-
-def summary_table(results: list[dict]):
-    """Console summary per task: mean accuracy with a 95% interval over seeds, cost and probe verdict."""
-    from .report import summary_table as report_summary
-
-    return report_summary(results)
