@@ -1,6 +1,8 @@
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pandas as pd
@@ -97,8 +99,11 @@ def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):
 
 
 def test_cli_py_from_the_clone_and_list(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "list"], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    # -S skips site directories, so the editable install's finder is not there: cli.py alone
+    # must find tasks/ and baselines/; the dependencies come through PYTHONPATH.
+    env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    proc = subprocess.run([sys.executable, "-S", str(ROOT / "cli.py"), "list"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     for word in ("coordinate_binding", "n_writes", "quick", "paper", "base"):
         assert word in proc.stdout
