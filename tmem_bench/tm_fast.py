@@ -211,9 +211,8 @@ class TensorMemoryScan(torch.autograd.Function):
         N, B = cyz.shape[:2]
         state_shape = (B, *saved[0].shape[1:])
         d_h0, d_c0 = saved[0].new_empty(state_shape), saved[0].new_empty(state_shape)
-        # The reads' gradient arrives transposed from (B, N, C); its strided per-step
-        # slices compiled a backward with a symbolic stride that some processes ran ~1.6x slower.
-        d_reads = saved[0].new_zeros((N, B, state_shape[-1])) if d_reads is None else d_reads.contiguous()
+        if d_reads is None:
+            d_reads = saved[0].new_zeros((N, B, state_shape[-1]))
         d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
         # Weight gradients are summed per tile and step, then across them: staged
         # summation keeps them at the fp32 error of a single reduction.
