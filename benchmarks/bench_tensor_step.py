@@ -24,6 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from naive_tensor_memory import naive_twin  # noqa: E402
+from tmem_bench import tm_fast  # noqa: E402
 from tmem_bench.model import TaskModel  # noqa: E402
 from tmem_bench.registry import get_backbone, get_task  # noqa: E402
 from tmem_bench.train import loss_and_accuracy  # noqa: E402
@@ -58,6 +59,14 @@ def step_fn(model: TaskModel, batch):
     return step
 
 
+def with_tile(step, tile: int):
+    def run():
+        tm_fast.BATCH_TILE = tile
+        step()
+
+    return run
+
+
 def step_flops(model: TaskModel, batch) -> int:
     """Matmul/conv FLOPs of one forward+backward, counted by torch's FlopCounterMode."""
     counter = FlopCounterMode(display=False)
@@ -76,6 +85,8 @@ def main():
     p.add_argument("--naive-repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--no-naive", action="store_true")
+    p.add_argument("--tiles", type=str, default="",
+                   help="also time the compiled path at these CPU batch tiles, comma-separated (e.g. 16,64)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     if args.threads:
@@ -93,11 +104,15 @@ def main():
     }
     if not args.no_naive:
         models["naive twin"] = naive_twin(models["tensor (eager)"])
+    tile_of = {name: tm_fast.BATCH_TILE for name in models}
+    for tile in (int(t) for t in args.tiles.split(",") if t):
+        name = f"tensor (compiled, tile {tile})"
+        models[name], tile_of[name] = build(task, "tensor", **size, **tensor_opts, kernel="compiled"), tile
     # The useful work of every Tensor Memory variant is that of the fast path.
     tensor_flops = step_flops(models["tensor (eager)"], batch)
     flops = {name: step_flops(m, batch) if name == "base" else tensor_flops for name, m in models.items()}
     load_before = os.getloadavg()
-    steps = {name: step_fn(m, batch) for name, m in models.items()}
+    steps = {name: with_tile(step_fn(m, batch), tile_of[name]) for name, m in models.items()}
 
     first = {}
     for name, step in steps.items():  # warm-up; the compiled model compiles here
@@ -126,13 +141,14 @@ def main():
             "all_s": times[name],
             "first_step_s": first[name],
             "compile_s": first[name] - med[name] if name == "tensor (compiled)" else None,
+            "batch_tile": tile_of[name] if name.startswith("tensor") else None,
             "x_base": med[name] / med["base"],
             "naive_over_this": med["naive twin"] / med[name] if "naive twin" in med else None,
             "gflop_per_step": flops[name] / 1e9,
             "fraction_of_matmul_rate": flops[name] / med[name] / (rate * 1e9),
         })
     result = {
-        "settings": {"batch": args.batch, "n_writes": args.n_writes, "n_queries": 4, **size, **tensor_opts,
+        "settings": {"batch": args.batch, "batch_tile": tile_of["tensor (compiled)"], "n_writes": args.n_writes, "n_queries": 4, **size, **tensor_opts,
                      "threads": torch.get_num_threads(), "repeats": args.repeats, "naive_repeats": args.naive_repeats},
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
