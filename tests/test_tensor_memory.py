@@ -59,7 +59,7 @@ MEMORY_CASES = [
     dict(batch=2, seq=6, chunk_size=2, grid=4, write_mode="hard"),
     dict(batch=2, seq=6, chunk_size=1, grid=(4, 3, 5), coord_heads="separate"),
     dict(batch=2, seq=5, chunk_size=1, grid=4, sigma_scale=0.2),
-    dict(batch=37, seq=5, chunk_size=2, grid=3),  # several batch tiles of unequal size
+    dict(batch=37, seq=5, chunk_size=2, grid=3),  # an odd batch (tiling: test_tiled_scan_matches_naive_twin)
 ]
 
 
