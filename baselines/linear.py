@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from tmem_bench.registry import BACKBONES
 
-from .transformer import MLP
+from .transformer import MLP, require_positive
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -106,9 +106,7 @@ class LinearConfig:
     chunk: int = 16  # training-time chunk of the quadratic form; does not change the function
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads", "chunk"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "d_model", "n_layers", "n_heads", "chunk")
 
 
 class LinearTransformer(nn.Module):

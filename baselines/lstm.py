@@ -13,6 +13,8 @@ import torch.nn as nn
 
 from tmem_bench.registry import BACKBONES
 
+from .transformer import require_positive
+
 
 @dataclass
 class LSTMConfig:
@@ -22,9 +24,7 @@ class LSTMConfig:
     dropout: float = 0.1  # between stacked layers, as nn.LSTM applies it
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "d_model", "n_layers", "n_heads")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from tmem_bench.registry import BACKBONES
 
-from .transformer import Block, attention_mask
+from .transformer import Block, attention_mask, require_positive
 
 
 @dataclass
@@ -26,9 +26,7 @@ class RegistersConfig:
     n_registers: int = 4
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads", "n_registers"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "d_model", "n_layers", "n_heads", "n_registers")
 
 
 class RegistersTransformer(nn.Module):

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from tmem_bench.registry import BACKBONES
 
-from .transformer import Block, attention_mask
+from .transformer import Block, attention_mask, require_positive
 
 UPDATES = ("prefix", "recurrent")
 
@@ -102,9 +102,7 @@ class SlotsConfig:
     chunk: int = 8  # "recurrent" only: tokens per slot update
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads", "n_slots", "chunk"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "d_model", "n_layers", "n_heads", "n_slots", "chunk")
         if self.update not in UPDATES:
             raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {self.update!r}")
 

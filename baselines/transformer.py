@@ -88,6 +88,13 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def require_positive(config, *names: str) -> None:
+    """Configs reject non-positive sizes with the name of the bad field."""
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+
+
 @dataclass
 class TransformerConfig:
     d_model: int = 64
@@ -98,9 +105,7 @@ class TransformerConfig:
     window: int | None = None  # sliding-window attention when set
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "d_model", "n_layers", "n_heads")
         if self.window is not None and self.window <= 0:
             raise ValueError(f"window must be positive, got {self.window}")
 

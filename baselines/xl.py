@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from tmem_bench.registry import BACKBONES
 
-from .transformer import MLP
+from .transformer import MLP, require_positive
 
 
 def xl_masks(seq_len: int, segment: int, device: torch.device, blocked: torch.Tensor | None):
@@ -90,9 +90,7 @@ class XLConfig:
     segment: int = 8
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads", "segment"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "d_model", "n_layers", "n_heads", "segment")
 
 
 class TransformerXL(nn.Module):
