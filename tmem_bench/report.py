@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
-from .results import read_cell, rows
+from .results import load_cells, rows
 
 CI_LEVEL = 0.95
 N_BOOT = 10_000
@@ -137,20 +137,9 @@ def load_run(run_dir) -> RunData:
         except (OSError, json.JSONDecodeError) as e:
             problems.append(f"manifest.json is unreadable ({e}); planned cells cannot be checked")
 
-    results, stored_ids = [], set()
-    for path in sorted(cells_dir.glob("*.json")) if cells_dir.is_dir() else []:
-        stored_ids.add(path.stem)
-        try:
-            result = read_cell(path)
-            for parse in (rows, _history_rows, _gate_rows):
-                parse(result)  # a malformed file is named here instead of failing the whole report later
-        except ValueError as e:
-            problems.append(str(e))
-            continue
-        except (KeyError, TypeError, AttributeError) as e:
-            problems.append(f"cell file {path} is incomplete ({type(e).__name__}: {e})")
-            continue
-        results.append(result)
+    results, errors = load_cells(run_dir, checks=(_history_rows, _gate_rows))
+    problems.extend(errors)
+    stored_ids = {path.stem for path in cells_dir.glob("*.json")}
 
     planned = manifest.get("cells", []) if isinstance(manifest, dict) else []
     missing = [cid for cid in planned if cid not in stored_ids]

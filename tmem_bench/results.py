@@ -44,13 +44,18 @@ def read_cell(path: Path) -> dict:
     return result
 
 
-def load_cells(run_dir: Path) -> tuple[list[dict], list[str]]:
-    """All readable cell results of a run, and one error line per unreadable file."""
+def load_cells(run_dir: Path, checks=()) -> tuple[list[dict], list[str]]:
+    """All readable cell results of a run, and one error line per unreadable file.
+
+    Each of `checks` (functions of a result) must parse it too, so that a malformed
+    file is named here instead of failing its reader later.
+    """
     results, errors = [], []
     for path in sorted((Path(run_dir) / "cells").glob("*.json")):
         try:
             result = read_cell(path)
-            rows(result)
+            for check in (rows, *checks):
+                check(result)
         except ValueError as e:
             errors.append(str(e))
             continue
