@@ -99,6 +99,7 @@ def main():
     tensor_opts = dict(channels=16, grid=6, chunk_size=1)
     models = {
         "base": build(task, "base", **size),
+        "tensor (native)": build(task, "tensor", **size, **tensor_opts, kernel="native"),
         "tensor (compiled)": build(task, "tensor", **size, **tensor_opts, kernel="compiled"),
         "tensor (eager)": build(task, "tensor", **size, **tensor_opts, kernel="eager"),
     }

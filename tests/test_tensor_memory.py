@@ -1,6 +1,8 @@
 """Tensor Memory: the fast path against its naive twin, causality, gates, settings."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -13,6 +15,19 @@ from tmem_bench.registry import get_backbone
 from tmem_bench.tensor_memory import MemoryState, TensorMemory, TensorMemoryConfig
 
 TOL = 1e-5
+# The two pure-PyTorch scans and the C one; the compiled step is a slow test below.
+KERNELS = ["eager", "native"]
+
+
+@pytest.fixture(autouse=True)
+def _native_built(request):
+    """A native-kernel test fails, not skips, where the extension is missing: `pip install -e .`
+    builds it wherever there is a C compiler with OpenMP. TMEM_BENCH_NO_NATIVE=1 opts out."""
+    kernel = getattr(request.node, "callspec", None) and request.node.callspec.params.get("kernel")
+    if kernel == "native" and tm_fast.native_library() is None:
+        if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
+            pytest.skip("TMEM_BENCH_NO_NATIVE is set")
+        pytest.fail("the native Tensor Memory extension is not built (pip install -e . with a C compiler)")
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -63,12 +78,13 @@ MEMORY_CASES = [
 ]
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("case", MEMORY_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_memory_matches_naive_twin(case):
+def test_memory_matches_naive_twin(case, kernel):
     case = dict(case)
     B, S = case.pop("batch"), case.pop("seq")
     torch.manual_seed(0)
-    memory = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, kernel="eager", **case))
+    memory = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, kernel=kernel, **case))
     perturb(memory)
     naive = naive_twin(memory)
     g = torch.Generator().manual_seed(1)
@@ -88,11 +104,13 @@ def test_memory_matches_naive_twin(case):
     assert_close(names, *outs)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("threading", ["per_layer", "reference"])
 @pytest.mark.parametrize("batch,seq,chunk_size", [(2, 7, 1), (3, 9, 2), (1, 5, 4)])
-def test_backbone_matches_naive_twin(threading, batch, seq, chunk_size):
+def test_backbone_matches_naive_twin(threading, batch, seq, chunk_size, kernel):
+    torch.manual_seed(0)
     model = get_backbone("tensor", 16, 2, 2, dropout=0.0, channels=4, grid=(3, 4, 5), chunk_size=chunk_size,
-                         threading=threading, kernel="eager")
+                         threading=threading, kernel=kernel)
     perturb(model, scale=0.1)
     naive = naive_twin(model)
     g = torch.Generator().manual_seed(2)
@@ -105,10 +123,13 @@ def test_backbone_matches_naive_twin(threading, batch, seq, chunk_size):
     assert_close(["output", *(n for n, _ in model.named_parameters())], *outs)
 
 
-def test_paper_sized_gradients_against_float64():
-    """16 channels, 6^3, 24 tokens: fast and naive fp32 both against a float64 naive run."""
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("channels", [16, 8, 6])
+def test_paper_sized_gradients_against_float64(kernel, channels):
+    """6^3, 24 tokens, the paper's 16 channels, the ablation's 8, and 6 (the C kernel's
+    generic, non-vector-multiple path): fast and naive fp32 both against a float64 naive run."""
     torch.manual_seed(0)
-    memory = TensorMemory(TensorMemoryConfig(d_model=32, channels=16, grid=6, kernel="eager"))
+    memory = TensorMemory(TensorMemoryConfig(d_model=32, channels=channels, grid=6, kernel=kernel))
     perturb(memory, scale=0.1)
     x = torch.randn(8, 24, 32, generator=torch.Generator().manual_seed(3))
     weight = torch.randn_like(x)
@@ -135,6 +156,7 @@ def test_batch_tiles():
 @pytest.mark.parametrize("tile", [1, 2, 3])
 def test_tiled_scan_matches_naive_twin(monkeypatch, tile):
     monkeypatch.setattr(tm_fast, "BATCH_TILE", tile)
+    torch.manual_seed(0)
     model = get_backbone("tensor", 16, 2, 2, dropout=0.0, channels=4, grid=3, threading="reference", kernel="eager")
     perturb(model, scale=0.1)
     x = torch.randn(5, 6, 16, generator=torch.Generator().manual_seed(4))
@@ -207,6 +229,8 @@ def test_unknown_option_raises():
 
 
 def test_compile_failure_falls_back_to_eager(monkeypatch):
+    monkeypatch.setenv("TMEM_BENCH_NO_NATIVE", "1")
+
     def broken(fn, **kwargs):
         def run(*args):
             raise RuntimeError("no C++ compiler")

@@ -14,25 +14,36 @@ shifted multiply-adds over contiguous channel vectors and the pointwise mix is o
 and separable, so the caller convolves its 1D factors outside the loop and passes
 them in (`cyz`, `ux`, `bvol`); the volume is formed inside the step, where a
 compiled kernel never writes it to memory.
+
+On CPU in float32 the whole scan runs by default in `_scan.c` (kernel "native"),
+built by `pip install` as an optional extension: one C call per direction, each
+sequence's recurrence kept in cache from its first step to its last. Wherever the
+extension is not built (no C compiler, no OpenMP, an uninstalled checkout), or is
+switched off with TMEM_BENCH_NO_NATIVE=1, "auto" takes the compiled step, and
+eager PyTorch where compilation fails.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import warnings
 
 import torch
 import torch.nn.functional as F
 
-KERNELS = ("auto", "compiled", "eager")
+KERNELS = ("auto", "native", "compiled", "eager")
 
 
 # Inductor's CPU tanh is several times slower than exp; these forms vectorise.
+# tanh goes through expm1, which keeps its relative precision near 0, where
+# 2 / (1 + exp(-2x)) - 1 cancels (it cost some gradients a few 1e-6).
 def _sigmoid(x):
     return 1.0 / (1.0 + torch.exp(-x))
 
 
 def _tanh(x):
-    return 2.0 / (1.0 + torch.exp(-2.0 * x)) - 1.0
+    e = torch.expm1(-2.0 * x.abs())
+    return torch.copysign(-e / (2.0 + e), x)
 
 
 def _shifted(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -138,6 +149,105 @@ def compiled_available() -> bool:
     return not _compile_failed and os.environ.get("TMEM_BENCH_NO_COMPILE", "") in ("", "0")
 
 
+_native: list = []  # [library or None], loaded on first use
+
+
+def native_library():
+    """The ctypes handle of the built `_scan` extension, or None where it is unavailable."""
+    if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
+        return None
+    if not _native:
+        try:
+            from tmem_bench import _scan
+            lib = ctypes.CDLL(_scan.__file__)
+        except (ImportError, OSError):
+            lib = None
+        if lib is not None:
+            ptr, i = ctypes.c_void_p, ctypes.c_int
+            lib.tm_forward.argtypes = [i] * 8 + [ptr] * 16
+            lib.tm_backward.argtypes = [i] * 8 + [ptr] * 19
+            lib.tm_forward.restype = lib.tm_backward.restype = i
+        _native.append(lib)
+    return _native[0]
+
+
+def resolve_kernel(kernel: str, like: torch.Tensor) -> str:
+    """The kernel a scan over tensors like `like` runs with: native, compiled or eager."""
+    native_ok = like.device.type == "cpu" and like.dtype == torch.float32
+    if kernel == "native":
+        if not native_ok:
+            raise RuntimeError(f"the native Tensor Memory kernel runs float32 on CPU only, got {like.dtype} on {like.device}")
+        if native_library() is None:
+            raise RuntimeError("the native Tensor Memory kernel is not built here (reinstall with a C compiler "
+                               "that supports OpenMP) or is off (TMEM_BENCH_NO_NATIVE); use kernel auto, compiled or eager")
+        return "native"
+    if kernel == "auto" and native_ok and native_library() is not None:
+        return "native"
+    return kernel
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+# The native scan saves each step's state and gates for the backward: about 250 MB
+# per layer at batch 128 and 24 steps. Fresh buffers of that size page-fault on every first
+# touch, so they are recycled (a few per shape) once their backward has run.
+_free_buffers: dict[tuple, list[torch.Tensor]] = {}
+
+
+def _buffer(shape: tuple) -> torch.Tensor:
+    free = _free_buffers.get(shape)
+    return free.pop() if free else torch.empty(shape)
+
+
+def _release(tensors) -> None:
+    for t in tensors:
+        free = _free_buffers.setdefault(tuple(t.shape), [])
+        if len(free) < 4:
+            free.append(t)
+
+
+def _native_forward(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, keep: bool):
+    N, B, D, H, C = cyz.shape
+    W = ux.shape[2]
+    P = D * H * W
+    reads = h0.new_empty((N, B, C))
+    hN, cN = torch.empty_like(h0), torch.empty_like(c0)
+    saved = [_buffer((B, N, P, C)), _buffer((B, N, P, C)), _buffer((B, N, P, 4 * C))] if keep else []
+    ins = [t.contiguous() for t in (cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b)]
+    status = native_library().tm_forward(
+        B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
+        *(_ptr(t) for t in ins), _ptr(reads), _ptr(hN), _ptr(cN), *(_ptr(t) for t in saved or [None] * 3))
+    if status:
+        raise MemoryError("the native Tensor Memory forward could not allocate its buffers")
+    return reads, hN, cN, saved
+
+
+def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN, factorised: bool):
+    N, B, D, H, C = cyz.shape
+    W = ux.shape[2]
+    d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
+    d_h0, d_c0 = cyz.new_empty((B, D, H, W, C)), cyz.new_empty((B, D, H, W, C))
+    sizes = [2 * C * 4 * C, 4 * C, H * W * C, 9 * C, 3 * C]
+    parts = cyz.new_empty((B, sum(sizes)))
+    if d_reads is None:
+        d_reads = cyz.new_zeros((N, B, C))
+    ins = [t.contiguous() for t in (cyz, ux, bvol, w3, taps, biases, mix_w, *saved, d_reads)]
+    grads_out = [t if t is None else t.contiguous() for t in (d_hN, d_cN)]
+    status = native_library().tm_backward(
+        B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
+        *(_ptr(t) for t in ins), *(_ptr(t) for t in grads_out),
+        _ptr(d_cyz), _ptr(d_ux), _ptr(d_w3), _ptr(d_h0), _ptr(d_c0), _ptr(parts))
+    if status:
+        raise MemoryError("the native Tensor Memory backward could not allocate its buffers")
+    # Each sequence's weight gradients were summed over its steps in C; the sum over
+    # sequences here is the second stage.
+    d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = parts.sum(0).split(sizes)
+    return (d_cyz, d_ux, d_bvol.view(H, W, C), d_w3, d_h0, d_c0, d_taps.view(3, 3, C), d_biases.view(3, C),
+            d_mix_w.view(2 * C, 4 * C), d_mix_b)
+
+
 def _step_functions(kernel: str):
     if kernel == "eager" or (kernel == "auto" and not compiled_available()):
         return forward_step, backward_step, False
@@ -184,11 +294,19 @@ class TensorMemoryScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str):
         # cyz (N, B, D, H, C), ux (N, B, W, C), bvol (H, W, C), w3 (N, B, D, H, W), h0 / c0 (B, D, H, W, C)
+        kernel = resolve_kernel(kernel, h0)
+        ctx.factorised, ctx.kernel = factorised, kernel
+        keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
+        if kernel == "native":
+            reads, hN, cN, saved = _native_forward(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b,
+                                                   factorised, keep)
+            ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved)
+            ctx.released = False
+            return reads, hN, cN
         fwd, _, compiled = _step_functions(kernel)
         N, B = cyz.shape[:2]
         # Tiles are a CPU cache measure; a GPU wants the whole batch in each kernel.
         tiles = batch_tiles(B, BATCH_TILE if h0.device.type == "cpu" else B)
-        keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
         reads = h0.new_empty((N, B, h0.shape[-1]))  # (N, B, C)
         hN, cN = torch.empty_like(h0), torch.empty_like(c0)
         saved = []
@@ -203,12 +321,21 @@ class TensorMemoryScan(torch.autograd.Function):
                 h, c = h_new, c_new
             hN[b0:b1], cN[b0:b1] = h, c
         ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved)
-        ctx.factorised, ctx.kernel, ctx.tiles = factorised, kernel, tiles
+        ctx.tiles = tiles
         return reads, hN, cN
 
     @staticmethod
     def backward(ctx, d_reads, d_hN, d_cN):
         cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved = ctx.saved_tensors
+        if ctx.kernel == "native":
+            if ctx.released:
+                raise RuntimeError("the native Tensor Memory scan recycles its saved states after one backward; "
+                                   "use kernel='compiled' or 'eager' to backward through it twice")
+            grads_in = _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN,
+                                        ctx.factorised)
+            ctx.released = True
+            _release(saved)
+            return (*grads_in, None, None)
         _, bwd, compiled = _step_functions(ctx.kernel)
         N, B = cyz.shape[:2]
         state_shape = (B, *saved[0].shape[1:])
