@@ -22,6 +22,8 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
     for module in ("tmem_bench/tasks/coordinate_binding.py", "tmem_bench/baselines/transformer.py",
                    "tmem_bench/profiles/quick.toml", "tmem_bench/cli.py"):
         assert module in names
+    assert any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd")) for n in names), \
+        "the wheel lacks the native Tensor Memory extension"
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
@@ -45,6 +47,34 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
                          cwd=tmp_path, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert "coordinate_binding" in cli.stdout
+    native = subprocess.run([py, "-c", "from tmem_bench import tm_fast; print(tm_fast.native_library() is not None)"],
+                            check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert native.stdout.strip() == "True"
+
+
+def test_install_without_a_compiler_falls_back_to_pytorch(tmp_path):
+    """The extension is optional: with no working C compiler the wheel still builds
+    (pure Python) and the Tensor Memory scan runs through PyTorch."""
+    env = {**os.environ, "CC": "false", "LDSHARED": "false"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
+        check=True, capture_output=True, timeout=300, env=env,
+    )
+    (wheel,) = tmp_path.glob("tmem_bench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not any(n.startswith("tmem_bench/_scan.") for n in names)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    code = ("import torch; from tmem_bench import tm_fast; from tmem_bench.registry import get_backbone;"
+            "assert tm_fast.native_library() is None;"
+            "m = get_backbone('tensor', 16, 1, 2, channels=4, grid=3); y = m(torch.randn(2, 5, 16)); y.sum().backward();"
+            "print(tm_fast.resolve_kernel('auto', y))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]]),
+           "TMEM_BENCH_NO_COMPILE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "auto"
 
 
 def test_editable_install_maps_tasks_and_baselines_into_the_package():

@@ -202,6 +202,85 @@ def test_gates_and_memory_disabled():
     assert torch.equal(model(x), with_memory)  # the context restored the memory path
 
 
+def _native_model(**options):
+    torch.manual_seed(0)
+    model = get_backbone("tensor", 16, 2, 2, dropout=0.0, channels=4, grid=(3, 4, 5), kernel="native", **options)
+    perturb(model, scale=0.1)
+    return model
+
+
+def _output_and_grads(model, x):
+    y = model(x)
+    return [y, *grads(y.square().sum(), list(model.parameters()))]
+
+
+@pytest.mark.parametrize("kernel", ["native"])
+def test_native_is_thread_count_independent(kernel):
+    """Each sequence is one task with its own gradient sums, reduced in a fixed order:
+    the numbers do not depend on how many threads ran them."""
+    model = _native_model()
+    x = torch.randn(7, 9, 16, generator=torch.Generator().manual_seed(5))
+    runs = []
+    for threads in (1, 2, 3):
+        torch.set_num_threads(threads)
+        runs.append(_output_and_grads(model, x))
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
+
+
+@pytest.mark.parametrize("kernel", ["native"])
+def test_native_recycled_buffers_and_no_grad_path(kernel):
+    """Saved states are recycled after each backward: repeated steps (and the no-grad
+    evaluation path, which saves nothing) give the same numbers every time."""
+    model = _native_model()
+    x = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(6))
+    first = _output_and_grads(model, x)
+    assert tm_fast._free_buffers, "the first backward returned no buffer for reuse"
+    other = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(7))
+    _output_and_grads(model, other)  # dirties the recycled buffers with other values
+    again = _output_and_grads(model, x)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    with torch.no_grad():
+        assert torch.equal(model(x), first[0])
+
+
+@pytest.mark.parametrize("kernel", ["native"])
+def test_native_refuses_a_second_backward(kernel):
+    model = _native_model()
+    y = model(torch.randn(2, 5, 16))
+    y.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="recycles its saved states"):
+        y.sum().backward()
+
+
+def test_without_the_extension_auto_falls_back(monkeypatch):
+    """Where the extension is not built, `auto` runs the pure-PyTorch scan (here eager)
+    with the same numbers, and asking for `native` is a clear error."""
+    x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(8))
+    torch.manual_seed(0)
+    auto = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, grid=4, kernel="auto"))
+    perturb(auto)
+    with_extension = auto(x)[0]
+    monkeypatch.setattr(tm_fast, "_native", [None])
+    monkeypatch.setenv("TMEM_BENCH_NO_COMPILE", "1")
+    assert tm_fast.resolve_kernel("auto", x) == "auto"
+    fallback = auto(x)[0]
+    assert rel(fallback, with_extension) < TOL
+    auto.config.kernel = "native"
+    with pytest.raises(RuntimeError, match="not built"):
+        auto(x)
+
+
+def test_native_is_float32_cpu_only():
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    memory = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, grid=3, kernel="native")).double()
+    with pytest.raises(RuntimeError, match="float32 on CPU"):
+        memory(x)
+    memory.config.kernel = "auto"
+    assert tm_fast.resolve_kernel("auto", x) == "auto"
+    assert memory(x)[0].dtype == torch.float64
+
+
 def test_state_size_is_fixed():
     memory = TensorMemory(TensorMemoryConfig(channels=16, grid=6))
     assert memory.state_size() == 2 * 16 * 216 * 4

@@ -202,7 +202,7 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_
                              float *restrict c, float *reads, float *hs, float *cs, float *gs, float *scratch) {
     const int P = s->P, DH = s->D * s->H;
     const size_t PC = (size_t)P * C;
-    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC;
+    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC;  /* and gates after z */
     for (int n = 0; n < N; n++) {
         const size_t nb = n * B + bi;
         const float *w3n = w3 + nb * P;
@@ -217,7 +217,7 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_
             memcpy(hs + (bi * N + n) * PC, h, PC * sizeof(float));
             memcpy(cs + (bi * N + n) * PC, c, PC * sizeof(float));
         }
-        float *gates = gs ? gs + (bi * N + n) * 4 * PC : z;  /* in place over z when nothing is kept */
+        float *gates = gs ? gs + (bi * N + n) * 4 * PC : z + 4 * PC;
         for (int p = 0; p < P; p++) {
             const float *zp = z + p * 4 * C;
             float *gp = gates + p * 4 * C, *hp = h + p * C, *cp = c + p * C;
@@ -355,7 +355,7 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 9);
+        float *buf = alloc(PC * 13);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
