@@ -1,5 +1,6 @@
 """A real wheel, installed into a clean virtual environment, gives exactly the promised names."""
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -55,14 +56,18 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
 def test_install_without_a_compiler_falls_back_to_pytorch(tmp_path):
     """The extension is optional: with no working C compiler the wheel still builds
     (pure Python) and the Tensor Memory scan runs through PyTorch."""
+    # A copy without build outputs, so that nothing compiled earlier is reused.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "*.so", "*.pyd", "__pycache__", "runs", "docs"))
     env = {**os.environ, "CC": "false", "LDSHARED": "false"}
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
         check=True, capture_output=True, timeout=300, env=env,
     )
     (wheel,) = tmp_path.glob("tmem_bench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert not any(n.startswith("tmem_bench/_scan.") for n in names)
+    assert not any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd")) for n in names)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
                     str(wheel)], check=True, capture_output=True, timeout=300)

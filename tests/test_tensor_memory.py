@@ -217,13 +217,19 @@ def _output_and_grads(model, x):
 @pytest.mark.parametrize("kernel", ["native"])
 def test_native_is_thread_count_independent(kernel):
     """Each sequence is one task with its own gradient sums, reduced in a fixed order:
-    the numbers do not depend on how many threads ran them."""
-    model = _native_model()
-    x = torch.randn(7, 9, 16, generator=torch.Generator().manual_seed(5))
+    the scan's outputs and gradients do not depend on how many threads ran it."""
+    g = torch.Generator().manual_seed(5)
+    N, B, (D, H, W), C = 6, 7, (3, 4, 5), 8
+    inputs = [0.5 * torch.randn(shape, generator=g) for shape in (
+        (N, B, D, H, C), (N, B, W, C), (H, W, C), (N, B, D, H, W), (B, D, H, W, C), (B, D, H, W, C),
+        (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
     runs = []
     for threads in (1, 2, 3):
         torch.set_num_threads(threads)
-        runs.append(_output_and_grads(model, x))
+        xs = [t.clone().requires_grad_() for t in inputs]
+        outs = tm_fast.scan(*xs, True, "native")
+        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
+        runs.append([*outs, *grads(loss, xs)])
     for run in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
 

@@ -14,7 +14,8 @@
  *   saved hs, cs (B, N, P, C) and gs (B, N, P, 4C): each step's input state and
  *   its activated gates (sigmoid i, f, o and tanh g), kept for the backward, which
  *   then needs no matmul or exp to recover them.
- *   gparts (B, G): each sequence's weight gradients, reduced by the caller:
+ *   gparts (B, G): each sequence's weight gradients, summed over its steps;
+ *   gsum (G): their sum over the batch, in a fixed order whatever the threads:
  *   mix_w (2C*4C), mix_b (4C), bvol (H*W*C), taps (9C), biases (3C).
  */
 #include <Python.h>
@@ -377,7 +378,7 @@ int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nt
                 const float *cyz, const float *ux, const float *bvol, const float *w3, const float *taps,
                 const float *biases, const float *mix_w, const float *hs, const float *cs, const float *gs,
                 const float *d_reads, const float *d_hN, const float *d_cN,
-                float *d_cyz, float *d_ux, float *d_w3, float *d_h0, float *d_c0, float *gparts) {
+                float *d_cyz, float *d_ux, float *d_w3, float *d_h0, float *d_c0, float *gparts, float *gsum) {
     const Shape s = {D, H, W, D * H * W, factorised};
     const int C2 = 2 * C, C4 = 4 * C;
     const size_t PC = (size_t)s.P * C;
@@ -405,6 +406,12 @@ int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nt
             DISPATCH(BACKWARD)
         }
         free(buf);
+#pragma omp for schedule(static)
+        for (size_t j = 0; j < G; j++) {
+            float acc = 0.0f;
+            for (int bi = 0; bi < B; bi++) acc += gparts[bi * G + j];
+            gsum[j] = acc;
+        }
         restore_ftz(csr);
     }
     free(mix_t);

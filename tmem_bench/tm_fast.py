@@ -165,7 +165,7 @@ def native_library():
         if lib is not None:
             ptr, i = ctypes.c_void_p, ctypes.c_int
             lib.tm_forward.argtypes = [i] * 8 + [ptr] * 16
-            lib.tm_backward.argtypes = [i] * 8 + [ptr] * 19
+            lib.tm_backward.argtypes = [i] * 8 + [ptr] * 20
             lib.tm_forward.restype = lib.tm_backward.restype = i
         _native.append(lib)
     return _native[0]
@@ -230,7 +230,7 @@ def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_h
     d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
     d_h0, d_c0 = cyz.new_empty((B, D, H, W, C)), cyz.new_empty((B, D, H, W, C))
     sizes = [2 * C * 4 * C, 4 * C, H * W * C, 9 * C, 3 * C]
-    parts = cyz.new_empty((B, sum(sizes)))
+    parts, total = cyz.new_empty((B, sum(sizes))), cyz.new_empty(sum(sizes))
     if d_reads is None:
         d_reads = cyz.new_zeros((N, B, C))
     ins = [t.contiguous() for t in (cyz, ux, bvol, w3, taps, biases, mix_w, *saved, d_reads)]
@@ -238,12 +238,12 @@ def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_h
     status = native_library().tm_backward(
         B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
         *(_ptr(t) for t in ins), *(_ptr(t) for t in grads_out),
-        _ptr(d_cyz), _ptr(d_ux), _ptr(d_w3), _ptr(d_h0), _ptr(d_c0), _ptr(parts))
+        _ptr(d_cyz), _ptr(d_ux), _ptr(d_w3), _ptr(d_h0), _ptr(d_c0), _ptr(parts), _ptr(total))
     if status:
         raise MemoryError("the native Tensor Memory backward could not allocate its buffers")
-    # Each sequence's weight gradients were summed over its steps in C; the sum over
-    # sequences here is the second stage.
-    d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = parts.sum(0).split(sizes)
+    # Weight gradients are summed in two stages, over each sequence's steps and then
+    # over sequences, both in C in an order that does not depend on the threads.
+    d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = total.split(sizes)
     return (d_cyz, d_ux, d_bvol.view(H, W, C), d_w3, d_h0, d_c0, d_taps.view(3, 3, C), d_biases.view(3, C),
             d_mix_w.view(2 * C, 4 * C), d_mix_b)
 
