@@ -74,12 +74,15 @@ def test_install_without_a_compiler_falls_back_to_pytorch(tmp_path):
     code = ("import torch; from tmem_bench import tm_fast; from tmem_bench.registry import get_backbone;"
             "assert tm_fast.native_library() is None;"
             "m = get_backbone('tensor', 16, 1, 2, channels=4, grid=3); y = m(torch.randn(2, 5, 16)); y.sum().backward();"
-            "print(tm_fast.resolve_kernel('auto', y))")
+            "print(tm_fast.resolve_kernel('auto', y), tm_fast.__file__)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]]),
            "TMEM_BENCH_NO_COMPILE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    # -S: no site directory, so the editable install's import hook cannot shadow the wheel.
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "auto"
+    kernel, path = out.stdout.split()
+    assert kernel == "auto" and path.startswith(str(target))
 
 
 def test_editable_install_maps_tasks_and_baselines_into_the_package():
