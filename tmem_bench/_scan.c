@@ -56,12 +56,12 @@ static inline float ftanh(float x) {
     return x < 0 ? -t : t;
 }
 
-/* out[i, :cols] (+)= bias + sum_k A[i*sar + k*sak] * Bm[k, :cols] for nr <= 4 rows and
+/* out[i, :cols] (+)= bias + sum_k A[i*sar + k*sak] * Bm[k, :cols] for nr <= 8 rows and
  * nv <= 4 vectors of columns; constant nr and nv after inlining keep acc in registers. */
 static inline __attribute__((always_inline)) void tile(
     const int nr, const int nv, int red, const float *A, int sar, int sak, const float *Bm, int ldb,
     float *O, int ldo, const float *bias, int accumulate) {
-    vf acc[4][4];
+    vf acc[8][4];
     for (int i = 0; i < nr; i++)
         for (int v = 0; v < nv; v++)
             acc[i][v] = bias ? *(const vf *)(bias + v * VW) : (vf){0};
@@ -80,11 +80,16 @@ static inline __attribute__((always_inline)) void tile(
         }
 }
 
+/* Row blocks of 8 where they tile the rows exactly (the weight gradient's 2C rows),
+ * else of 6 (216 voxels = 36 x 6); 6 x 4 accumulators fit the 32 vector registers. */
 #define TILE_ROWS(nv)                                                                                       \
     do {                                                                                                    \
         int i = 0;                                                                                          \
-        for (; i + 4 <= rows; i += 4)                                                                       \
-            tile(4, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
+        if (rows % 8 == 0)                                                                                  \
+            for (; i + 8 <= rows; i += 8)                                                                   \
+                tile(8, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate); \
+        for (; i + 6 <= rows; i += 6)                                                                       \
+            tile(6, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
         for (; i < rows; i++)                                                                               \
             tile(1, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
     } while (0)
@@ -118,9 +123,11 @@ typedef struct {
     int D, H, W, P, factorised;
 } Shape;
 
-/* Depthwise 3-tap cross-correlation along one axis (0: D, 1: H, 2: W) with zero padding. */
+/* Depthwise 3-tap cross-correlation along one axis (0: D, 1: H, 2: W) with zero
+ * padding. At a border the missing neighbour is read from `zero` instead of
+ * skipped, so every voxel is one branch-free pass that stays in registers. */
 INLINE void conv_fwd(const int C, const Shape *s, int axis, const float *restrict in, const float *restrict taps,
-                     const float *restrict bias, float *restrict out) {
+                     const float *restrict bias, const float *restrict zero, float *restrict out) {
     const int L = axis == 0 ? s->D : axis == 1 ? s->H : s->W;
     const int stride = (axis == 0 ? s->H * s->W : axis == 1 ? s->W : 1) * C;
     const float *t0 = taps, *t1 = taps + C, *t2 = taps + 2 * C;
@@ -128,19 +135,16 @@ INLINE void conv_fwd(const int C, const Shape *s, int axis, const float *restric
         for (int h = 0; h < s->H; h++)
             for (int x = 0; x < s->W; x++) {
                 const int p = ((d * s->H + h) * s->W + x) * C, i = axis == 0 ? d : axis == 1 ? h : x;
-                const float *m = in + p;
+                const float *m = in + p, *lo = i > 0 ? m - stride : zero, *hi = i < L - 1 ? m + stride : zero;
                 float *o = out + p;
-                for (int k = 0; k < C; k++) o[k] = m[k] * t1[k] + bias[k];
-                if (i > 0)
-                    for (int k = 0; k < C; k++) o[k] += m[k - stride] * t0[k];
-                if (i < L - 1)
-                    for (int k = 0; k < C; k++) o[k] += m[k + stride] * t2[k];
+                for (int k = 0; k < C; k++) o[k] = m[k] * t1[k] + bias[k] + lo[k] * t0[k] + hi[k] * t2[k];
             }
 }
 
 /* dx of conv_fwd, and its tap (3, C) and bias (C) gradients added to dtaps, dbias. */
 INLINE void conv_bwd(const int C, const Shape *s, int axis, const float *restrict dy, const float *restrict in,
-                     const float *restrict taps, float *restrict dx, float *restrict dtaps, float *restrict dbias) {
+                     const float *restrict taps, const float *restrict zero, float *restrict dx,
+                     float *restrict dtaps, float *restrict dbias) {
     const int L = axis == 0 ? s->D : axis == 1 ? s->H : s->W;
     const int stride = (axis == 0 ? s->H * s->W : axis == 1 ? s->W : 1) * C;
     const float *t0 = taps, *t1 = taps + C, *t2 = taps + 2 * C;
@@ -150,23 +154,18 @@ INLINE void conv_bwd(const int C, const Shape *s, int axis, const float *restric
         for (int h = 0; h < s->H; h++)
             for (int x = 0; x < s->W; x++) {
                 const int p = ((d * s->H + h) * s->W + x) * C, i = axis == 0 ? d : axis == 1 ? h : x;
+                const int has_lo = i > 0, has_hi = i < L - 1;
                 const float *g = dy + p, *m = in + p;
+                const float *g_lo = has_lo ? g - stride : zero, *g_hi = has_hi ? g + stride : zero;
+                const float *m_lo = has_lo ? m - stride : zero, *m_hi = has_hi ? m + stride : zero;
                 float *o = dx + p;
                 for (int k = 0; k < C; k++) {
-                    o[k] = g[k] * t1[k];
+                    o[k] = g[k] * t1[k] + g_lo[k] * t2[k] + g_hi[k] * t0[k];
+                    g0[k] += g[k] * m_lo[k];
                     g1[k] += g[k] * m[k];
+                    g2[k] += g[k] * m_hi[k];
                     gb[k] += g[k];
                 }
-                if (i > 0)
-                    for (int k = 0; k < C; k++) {
-                        o[k] += g[k - stride] * t2[k];
-                        g0[k] += g[k] * m[k - stride];
-                    }
-                if (i < L - 1)
-                    for (int k = 0; k < C; k++) {
-                        o[k] += g[k + stride] * t0[k];
-                        g2[k] += g[k] * m[k + stride];
-                    }
             }
     for (int k = 0; k < C; k++) {
         dtaps[k] += g0[k], dtaps[C + k] += g1[k], dtaps[2 * C + k] += g2[k];
@@ -174,15 +173,27 @@ INLINE void conv_bwd(const int C, const Shape *s, int axis, const float *restric
     }
 }
 
+/* The sum of t[0..C), by halving while C is even: vector adds instead of a serial chain. */
+INLINE float channel_sum(const int C, float *restrict t) {
+    int n = C;
+    for (; n % 2 == 0 && n > 1; n /= 2)
+        for (int k = 0; k < n / 2; k++) t[k] += t[k + n / 2];
+    float acc = 0.0f;
+    for (int k = 0; k < n; k++) acc += t[k];
+    return acc;
+}
+
 /* x = [write volume, h through the D, H, W convs] (P, 2C); a, b: the first two conv outputs. */
 INLINE void operator_input(const int C, const Shape *s, const float *restrict h, const float *restrict cyz,
                            const float *restrict ux, const float *restrict bvol, const float *restrict taps,
                            const float *restrict biases, float *restrict a, float *restrict b, float *restrict hc,
                            float *restrict x) {
+    float zero[C];
+    for (int k = 0; k < C; k++) zero[k] = 0.0f;
     if (s->factorised) {
-        conv_fwd(C, s, 0, h, taps, biases, a);
-        conv_fwd(C, s, 1, a, taps + 3 * C, biases + C, b);
-        conv_fwd(C, s, 2, b, taps + 6 * C, biases + 2 * C, hc);
+        conv_fwd(C, s, 0, h, taps, biases, zero, a);
+        conv_fwd(C, s, 1, a, taps + 3 * C, biases + C, zero, b);
+        conv_fwd(C, s, 2, b, taps + 6 * C, biases + 2 * C, zero, hc);
     }
     const float *hh = s->factorised ? hc : h;
     for (int d = 0; d < s->D; d++)
@@ -210,7 +221,8 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_
         float r[C];
         for (int k = 0; k < C; k++) r[k] = 0.0f;
         for (int p = 0; p < P; p++)
-            for (int k = 0; k < C; k++) r[k] += w3n[p] * h[p * C + k];
+            if (w3n[p] != 0.0f)  /* a trilinear read touches at most 8 voxels; skipping zeros is exact */
+                for (int k = 0; k < C; k++) r[k] += w3n[p] * h[p * C + k];
         memcpy(reads + nb * C, r, sizeof r);
         operator_input(C, s, h, cyz + nb * DH * C, ux + nb * s->W * C, bvol, taps, biases, a, b, hc, x);
         gemm(P, 2 * C, 4 * C, x, 2 * C, 1, mix_w, 4 * C, z, 4 * C, mix_b, 0);
@@ -295,20 +307,22 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t B, size
         for (int p = 0; p < P; p++)
             for (int k = 0; k < C; k++) dhc[p * C + k] = dx[p * C2 + C + k];
         if (s->factorised) {
-            conv_bwd(C, s, 2, dhc, b, taps + 6 * C, db, g_taps + 6 * C, g_bias + 2 * C);
-            conv_bwd(C, s, 1, db, a, taps + 3 * C, da, g_taps + 3 * C, g_bias + C);
-            conv_bwd(C, s, 0, da, h, taps, dh, g_taps, g_bias);
+            float zero[C];
+            for (int k = 0; k < C; k++) zero[k] = 0.0f;
+            conv_bwd(C, s, 2, dhc, b, taps + 6 * C, zero, db, g_taps + 6 * C, g_bias + 2 * C);
+            conv_bwd(C, s, 1, db, a, taps + 3 * C, zero, da, g_taps + 3 * C, g_bias + C);
+            conv_bwd(C, s, 0, da, h, taps, zero, dh, g_taps, g_bias);
         } else {
             memcpy(dh, dhc, PC * sizeof(float));
         }
         float *dw3 = d_w3 + nb * P;
         for (int p = 0; p < P; p++) {
-            float acc = 0.0f;
+            float t[C];
             for (int k = 0; k < C; k++) {
                 dh[p * C + k] += dr[k] * w3n[p];
-                acc += dr[k] * h[p * C + k];
+                t[k] = dr[k] * h[p * C + k];
             }
-            dw3[p] = acc;
+            dw3[p] = channel_sum(C, t);
         }
     }
 }
