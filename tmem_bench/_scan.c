@@ -10,6 +10,7 @@
  * Layouts, all float32 and contiguous, P = D*H*W voxels, C channels:
  *   cyz (N, B, D*H, C)  ux (N, B, W, C)  bvol (H*W, C)  w3 (N, B, P)
  *   h0, c0, hN, cN (B, P, C)  taps (3 axes, 3, C)  biases (3, C)
+ *   (outputs may be NULL where no gradient is wanted: d_h0, d_c0; inputs d_hN, d_cN)
  *   mix_w (2C, 4C)  mix_b (4C)  reads (N, B, C)
  *   saved hs, cs (B, N, P, C) and gs (B, N, P, 4C): each step's input state and
  *   its activated gates (sigmoid i, f, o and tanh g), kept for the backward, which
@@ -207,17 +208,28 @@ INLINE void operator_input(const int C, const Shape *s, const float *restrict h,
             }
 }
 
-/* One sequence through all N steps: reads, final state, and (if hs) each step's input state. */
+/* One sequence through all N steps: reads, final state, and (if hs) each step's
+ * input state and gates. Each step writes its new state straight into the next
+ * step's saved slot (or into one of two scratch volumes), so nothing is copied. */
 INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_t bi, const float *cyz,
                              const float *ux, const float *bvol, const float *w3, const float *taps,
-                             const float *biases, const float *mix_w, const float *mix_b, float *restrict h,
-                             float *restrict c, float *reads, float *hs, float *cs, float *gs, float *scratch) {
+                             const float *biases, const float *mix_w, const float *mix_b, const float *h0,
+                             const float *c0, float *hN, float *cN, float *reads, float *hs, float *cs, float *gs,
+                             float *scratch) {
     const int P = s->P, DH = s->D * s->H;
     const size_t PC = (size_t)P * C;
-    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC;  /* and gates after z */
+    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC, *spare = z + 4 * PC;
+    float *ping = spare + 4 * PC;  /* two (h, c) pairs for a run that keeps nothing */
+    const float *h = h0, *c = c0;
+    if (hs) {
+        memcpy(hs + bi * N * PC, h0, PC * sizeof(float));
+        memcpy(cs + bi * N * PC, c0, PC * sizeof(float));
+    }
     for (int n = 0; n < N; n++) {
         const size_t nb = n * B + bi;
         const float *w3n = w3 + nb * P;
+        float *h_out = n == N - 1 ? hN : hs ? hs + (bi * N + n + 1) * PC : ping + (n % 2) * 2 * PC;
+        float *c_out = n == N - 1 ? cN : hs ? cs + (bi * N + n + 1) * PC : ping + (n % 2) * 2 * PC + PC;
         float r[C];
         for (int k = 0; k < C; k++) r[k] = 0.0f;
         for (int p = 0; p < P; p++)
@@ -226,28 +238,31 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_
         memcpy(reads + nb * C, r, sizeof r);
         operator_input(C, s, h, cyz + nb * DH * C, ux + nb * s->W * C, bvol, taps, biases, a, b, hc, x);
         gemm(P, 2 * C, 4 * C, x, 2 * C, 1, mix_w, 4 * C, z, 4 * C, mix_b, 0);
-        if (hs) {
-            memcpy(hs + (bi * N + n) * PC, h, PC * sizeof(float));
-            memcpy(cs + (bi * N + n) * PC, c, PC * sizeof(float));
-        }
-        float *gates = gs ? gs + (bi * N + n) * 4 * PC : z + 4 * PC;
+        float *gates = gs ? gs + (bi * N + n) * 4 * PC : spare;
         for (int p = 0; p < P; p++) {
-            const float *zp = z + p * 4 * C;
-            float *gp = gates + p * 4 * C, *hp = h + p * C, *cp = c + p * C;
+            const float *zp = z + p * 4 * C, *cp = c + p * C;
+            float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
+#pragma omp simd  /* the arrays never overlap, which the compiler cannot see */
             for (int k = 0; k < C; k++) {
                 float si = fsigmoid(zp[k]), sf = fsigmoid(zp[C + k]), so = fsigmoid(zp[2 * C + k]);
                 float tg = ftanh(zp[3 * C + k]);
                 float cn = sf * cp[k] + si * tg;
                 gp[k] = si, gp[C + k] = sf, gp[2 * C + k] = so, gp[3 * C + k] = tg;
-                cp[k] = cn;
+                cq[k] = cn;
                 hp[k] = so * ftanh(cn);
             }
         }
+        h = h_out, c = c_out;
+    }
+    if (N == 0) {
+        memcpy(hN, h0, PC * sizeof(float));
+        memcpy(cN, c0, PC * sizeof(float));
     }
 }
 
 /* One sequence's backward through all N steps, last first. dh, dc hold the gradients
- * of the final state on entry and those of the initial state on return. */
+ * of the final state on entry and those of the initial state on return; scratch
+ * holds 14 volumes of P x C. */
 INLINE void backward_sequence(const int C, const Shape *s, int N, size_t B, size_t bi, const float *cyz,
                               const float *ux, const float *bvol, const float *w3, const float *taps,
                               const float *biases, const float *mix_t, const float *hs, const float *cs,
@@ -370,16 +385,13 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 13);
+        float *buf = alloc(PC * 17);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-            float *h = hN + bi * PC, *c = cN + bi * PC;
-            memcpy(h, h0 + bi * PC, PC * sizeof(float));
-            memcpy(c, c0 + bi * PC, PC * sizeof(float));
-#define FORWARD(CC) forward_sequence(CC, &s, N, B, bi, cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, h, c, \
-                                     reads, hs, cs, gs, buf)
+#define FORWARD(CC) forward_sequence(CC, &s, N, B, bi, cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, \
+                                     h0 + bi * PC, c0 + bi * PC, hN + bi * PC, cN + bi * PC, reads, hs, cs, gs, buf)
             DISPATCH(FORWARD)
         }
         free(buf);
@@ -406,18 +418,20 @@ int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nt
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 14);
+        float *buf = alloc(PC * 16);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-            float *g = gparts + bi * G, *dh = d_h0 + bi * PC, *dc = d_c0 + bi * PC;
+            float *g = gparts + bi * G, *dh = buf + 14 * PC, *dc = dh + PC;
             memset(g, 0, G * sizeof(float));
             if (d_hN) memcpy(dh, d_hN + bi * PC, PC * sizeof(float)); else memset(dh, 0, PC * sizeof(float));
             if (d_cN) memcpy(dc, d_cN + bi * PC, PC * sizeof(float)); else memset(dc, 0, PC * sizeof(float));
 #define BACKWARD(CC) backward_sequence(CC, &s, N, B, bi, cyz, ux, bvol, w3, taps, biases, mix_t, hs, cs, gs, \
                                        d_reads, dh, dc, d_cyz, d_ux, d_w3, g, buf)
             DISPATCH(BACKWARD)
+            if (d_h0) memcpy(d_h0 + bi * PC, dh, PC * sizeof(float));
+            if (d_c0) memcpy(d_c0 + bi * PC, dc, PC * sizeof(float));
         }
         free(buf);
 #pragma omp for schedule(static)

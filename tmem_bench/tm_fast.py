@@ -224,13 +224,15 @@ def _native_forward(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, facto
     return reads, hN, cN, saved
 
 
-def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN, factorised: bool):
+def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN, factorised: bool,
+                     want_h0: bool = True, want_c0: bool = True):
     N, B, D, H, C = cyz.shape
     W = ux.shape[2]
     d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
-    d_h0, d_c0 = cyz.new_empty((B, D, H, W, C)), cyz.new_empty((B, D, H, W, C))
+    d_h0 = cyz.new_empty((B, D, H, W, C)) if want_h0 else None
+    d_c0 = cyz.new_empty((B, D, H, W, C)) if want_c0 else None
     sizes = [2 * C * 4 * C, 4 * C, H * W * C, 9 * C, 3 * C]
-    parts, total = cyz.new_empty((B, sum(sizes))), cyz.new_empty(sum(sizes))
+    parts, total = _buffer((B, sum(sizes))), cyz.new_empty(sum(sizes))
     if d_reads is None:
         d_reads = cyz.new_zeros((N, B, C))
     ins = [t.contiguous() for t in (cyz, ux, bvol, w3, taps, biases, mix_w, *saved, d_reads)]
@@ -239,6 +241,7 @@ def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_h
         B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
         *(_ptr(t) for t in ins), *(_ptr(t) for t in grads_out),
         _ptr(d_cyz), _ptr(d_ux), _ptr(d_w3), _ptr(d_h0), _ptr(d_c0), _ptr(parts), _ptr(total))
+    _release([parts])
     if status:
         raise MemoryError("the native Tensor Memory backward could not allocate its buffers")
     # Weight gradients are summed in two stages, over each sequence's steps and then
@@ -332,7 +335,7 @@ class TensorMemoryScan(torch.autograd.Function):
                 raise RuntimeError("the native Tensor Memory scan recycles its saved states after one backward; "
                                    "use kernel='compiled' or 'eager' to backward through it twice")
             grads_in = _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN,
-                                        ctx.factorised)
+                                        ctx.factorised, *ctx.needs_input_grad[4:6])
             ctx.released = True
             _release(saved)
             return (*grads_in, None, None)
