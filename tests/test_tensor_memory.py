@@ -221,8 +221,8 @@ def test_native_is_thread_count_independent(kernel):
     g = torch.Generator().manual_seed(5)
     N, B, (D, H, W), C = 6, 7, (3, 4, 5), 8
     inputs = [0.5 * torch.randn(shape, generator=g) for shape in (
-        (N, B, D, H, C), (N, B, W, C), (H, W, C), (N, B, D, H, W), (B, D, H, W, C), (B, D, H, W, C),
-        (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
+        (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
+        (B, D, H, W, C), (B, D, H, W, C), (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
     runs = []
     for threads in (1, 2, 3):
         torch.set_num_threads(threads)

@@ -7,17 +7,21 @@
  * these through ctypes; the module init below exists only so that setuptools can
  * build the file as an ordinary (optional) extension of the package.
  *
- * Layouts, all float32 and contiguous, P = D*H*W voxels, C channels:
- *   cyz (N, B, D*H, C)  ux (N, B, W, C)  bvol (H*W, C)  w3 (N, B, P)
+ * Layouts, all float32 and contiguous, P = D*H*W voxels, C channels, each step
+ * of each sequence at index (b, n):
+ *   the write volume's factors: cz (B, N, D, C), uy (B, N, H, C), ux (B, N, W, C),
+ *   so that write[d, h, w] = cz[d] * uy[h] * ux[w] + bvol[h, w] with bvol (H*W, C);
+ *   the read weights' factors: wz (B, N, D), wy (B, N, H), wx (B, N, W);
  *   h0, c0, hN, cN (B, P, C)  taps (3 axes, 3, C)  biases (3, C)
- *   (outputs may be NULL where no gradient is wanted: d_h0, d_c0; inputs d_hN, d_cN)
- *   mix_w (2C, 4C)  mix_b (4C)  reads (N, B, C)
+ *   mix_w (2C, 4C)  mix_b (4C)  reads (B, N, C)
  *   saved hs, cs (B, N, P, C) and gs (B, N, P, 4C): each step's input state and
  *   its activated gates (sigmoid i, f, o and tanh g), kept for the backward, which
  *   then needs no matmul or exp to recover them.
  *   gparts (B, G): each sequence's weight gradients, summed over its steps;
  *   gsum (G): their sum over the batch, in a fixed order whatever the threads:
  *   mix_w (2C*4C), mix_b (4C), bvol (H*W*C), taps (9C), biases (3C).
+ *   Gradients have their input's layout; d_h0, d_c0 (outputs) and d_hN, d_cN
+ *   (inputs) may be NULL.
  */
 #include <Python.h>
 #include <stdlib.h>
@@ -208,37 +212,59 @@ INLINE void operator_input(const int C, const Shape *s, const float *restrict h,
             }
 }
 
+/* The batch-level arrays of one call. */
+typedef struct {
+    const float *cz, *uy, *ux, *bvol, *wz, *wy, *wx, *taps, *biases, *mix_w, *mix_b, *mix_t;
+} Inputs;
+
+/* cyz[d, h] = cz[d] * uy[h]: the write volume without its W factor, (D*H, C). */
+INLINE void outer_cyz(const int C, const Shape *s, const float *restrict cz, const float *restrict uy,
+                      float *restrict cyz) {
+    for (int d = 0; d < s->D; d++)
+        for (int h = 0; h < s->H; h++)
+            for (int k = 0; k < C; k++) cyz[(d * s->H + h) * C + k] = cz[d * C + k] * uy[h * C + k];
+}
+
 /* One sequence through all N steps: reads, final state, and (if hs) each step's
  * input state and gates. Each step writes its new state straight into the next
  * step's saved slot (or into one of two scratch volumes), so nothing is copied. */
-INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_t bi, const float *cyz,
-                             const float *ux, const float *bvol, const float *w3, const float *taps,
-                             const float *biases, const float *mix_w, const float *mix_b, const float *h0,
+INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, const Inputs *in, const float *h0,
                              const float *c0, float *hN, float *cN, float *reads, float *hs, float *cs, float *gs,
                              float *scratch) {
-    const int P = s->P, DH = s->D * s->H;
+    const int P = s->P, D = s->D, H = s->H, W = s->W;
     const size_t PC = (size_t)P * C;
     float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC, *spare = z + 4 * PC;
-    float *ping = spare + 4 * PC;  /* two (h, c) pairs for a run that keeps nothing */
+    float *cyz = spare + 4 * PC, *ping = cyz + PC;  /* ping: two (h, c) pairs for a run that keeps nothing */
     const float *h = h0, *c = c0;
     if (hs) {
         memcpy(hs + bi * N * PC, h0, PC * sizeof(float));
         memcpy(cs + bi * N * PC, c0, PC * sizeof(float));
     }
     for (int n = 0; n < N; n++) {
-        const size_t nb = n * B + bi;
-        const float *w3n = w3 + nb * P;
-        float *h_out = n == N - 1 ? hN : hs ? hs + (bi * N + n + 1) * PC : ping + (n % 2) * 2 * PC;
-        float *c_out = n == N - 1 ? cN : hs ? cs + (bi * N + n + 1) * PC : ping + (n % 2) * 2 * PC + PC;
+        const size_t bn = bi * N + n;
+        const float *wz = in->wz + bn * D, *wy = in->wy + bn * H, *wx = in->wx + bn * W;
+        float *h_out = n == N - 1 ? hN : hs ? hs + (bn + 1) * PC : ping + (n % 2) * 2 * PC;
+        float *c_out = n == N - 1 ? cN : hs ? cs + (bn + 1) * PC : ping + (n % 2) * 2 * PC + PC;
+        /* The read: trilinear weights touch at most 2 cells per axis; skipping zeros is exact. */
         float r[C];
         for (int k = 0; k < C; k++) r[k] = 0.0f;
-        for (int p = 0; p < P; p++)
-            if (w3n[p] != 0.0f)  /* a trilinear read touches at most 8 voxels; skipping zeros is exact */
-                for (int k = 0; k < C; k++) r[k] += w3n[p] * h[p * C + k];
-        memcpy(reads + nb * C, r, sizeof r);
-        operator_input(C, s, h, cyz + nb * DH * C, ux + nb * s->W * C, bvol, taps, biases, a, b, hc, x);
-        gemm(P, 2 * C, 4 * C, x, 2 * C, 1, mix_w, 4 * C, z, 4 * C, mix_b, 0);
-        float *gates = gs ? gs + (bi * N + n) * 4 * PC : spare;
+        for (int d = 0; d < D; d++) {
+            if (wz[d] == 0.0f) continue;
+            for (int y = 0; y < H; y++) {
+                if (wy[y] == 0.0f) continue;
+                const float wzy = wz[d] * wy[y];
+                for (int w = 0; w < W; w++) {
+                    if (wx[w] == 0.0f) continue;
+                    const float wt = wzy * wx[w], *hp = h + ((d * H + y) * W + w) * C;
+                    for (int k = 0; k < C; k++) r[k] += wt * hp[k];
+                }
+            }
+        }
+        memcpy(reads + bn * C, r, sizeof r);
+        outer_cyz(C, s, in->cz + bn * D * C, in->uy + bn * H * C, cyz);
+        operator_input(C, s, h, cyz, in->ux + bn * W * C, in->bvol, in->taps, in->biases, a, b, hc, x);
+        gemm(P, 2 * C, 4 * C, x, 2 * C, 1, in->mix_w, 4 * C, z, 4 * C, in->mix_b, 0);
+        float *gates = gs ? gs + bn * 4 * PC : spare;
         for (int p = 0; p < P; p++) {
             const float *zp = z + p * 4 * C, *cp = c + p * C;
             float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
@@ -260,27 +286,32 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t B, size_
     }
 }
 
+/* The gradients of one sequence-step's inputs, written by backward_sequence. */
+typedef struct {
+    float *cz, *uy, *ux, *wz, *wy, *wx;
+} StepGrads;
+
 /* One sequence's backward through all N steps, last first. dh, dc hold the gradients
  * of the final state on entry and those of the initial state on return; scratch
- * holds 14 volumes of P x C. */
-INLINE void backward_sequence(const int C, const Shape *s, int N, size_t B, size_t bi, const float *cyz,
-                              const float *ux, const float *bvol, const float *w3, const float *taps,
-                              const float *biases, const float *mix_t, const float *hs, const float *cs,
-                              const float *gs, const float *d_reads, float *restrict dh,
-                              float *restrict dc, float *d_cyz, float *d_ux, float *d_w3, float *g,
-                              float *scratch) {
+ * holds 18 volumes of P x C. */
+INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, const Inputs *in, const float *hs,
+                              const float *cs, const float *gs, const float *d_reads, float *restrict dh,
+                              float *restrict dc, StepGrads out, float *g, float *scratch) {
     const int P = s->P, D = s->D, H = s->H, W = s->W, DH = D * H, C2 = 2 * C, C4 = 4 * C;
     const size_t PC = (size_t)P * C;
     float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *dz = x + 2 * PC;
     float *dx = dz + 4 * PC, *da = dx + 2 * PC, *db = da + PC, *dhc = db + PC;
+    float *cyz = dhc + PC, *dcyz = cyz + PC, *dw3 = dcyz + PC, *dwzy = dw3 + PC;
     float *g_mix = g, *g_mixb = g_mix + C2 * C4, *g_bvol = g_mixb + C4, *g_taps = g_bvol + H * W * C;
     float *g_bias = g_taps + 9 * C;
     for (int n = N - 1; n >= 0; n--) {
-        const size_t nb = n * B + bi, bn = bi * N + n;
+        const size_t bn = bi * N + n;
         const float *restrict h = hs + bn * PC, *restrict c = cs + bn * PC, *restrict gates = gs + bn * 4 * PC;
-        const float *cyzn = cyz + nb * DH * C, *uxn = ux + nb * W * C, *w3n = w3 + nb * P;
-        const float *dr = d_reads + nb * C;
-        operator_input(C, s, h, cyzn, uxn, bvol, taps, biases, a, b, hc, x);
+        const float *czn = in->cz + bn * D * C, *uyn = in->uy + bn * H * C, *uxn = in->ux + bn * W * C;
+        const float *wz = in->wz + bn * D, *wy = in->wy + bn * H, *wx = in->wx + bn * W;
+        const float *dr = d_reads + bn * C;
+        outer_cyz(C, s, czn, uyn, cyz);
+        operator_input(C, s, h, cyz, uxn, in->bvol, in->taps, in->biases, a, b, hc, x);
         for (int p = 0; p < P; p++) {
             const float *gp = gates + p * C4, *cp = c + p * C;
             float *dhp = dh + p * C, *dcp = dc + p * C, *dzp = dz + p * C4;
@@ -295,22 +326,22 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t B, size
                 dcp[k] = dct * sf;
             }
         }
-        gemm(P, C4, C2, dz, C4, 1, mix_t, C2, dx, C2, NULL, 0);
+        gemm(P, C4, C2, dz, C4, 1, in->mix_t, C2, dx, C2, NULL, 0);
         gemm(C2, P, C4, x, 1, C2, dz, C4, g_mix, C4, NULL, 1);
         float mixb[C4];
         for (int k = 0; k < C4; k++) mixb[k] = 0.0f;
         for (int p = 0; p < P; p++)
             for (int k = 0; k < C4; k++) mixb[k] += dz[p * C4 + k];
         for (int k = 0; k < C4; k++) g_mixb[k] += mixb[k];
-        /* The write half: dx[:, :C] into cyz, ux and bvol. */
-        float *restrict dcyz = d_cyz + nb * DH * C, *restrict dux = d_ux + nb * W * C;
+        /* The write half: dx[:, :C] into cz, uy, ux and bvol. */
+        float *restrict dux = out.ux + bn * W * C;
         for (int i = 0; i < DH * C; i++) dcyz[i] = 0.0f;
         for (int i = 0; i < W * C; i++) dux[i] = 0.0f;
         for (int d = 0; d < D; d++)
             for (int y = 0; y < H; y++)
                 for (int w = 0; w < W; w++) {
                     const int p = (d * H + y) * W + w;
-                    const float *dw = dx + p * C2, *cz = cyzn + (d * H + y) * C, *u = uxn + w * C;
+                    const float *dw = dx + p * C2, *cz = cyz + (d * H + y) * C, *u = uxn + w * C;
                     float *dcz = dcyz + (d * H + y) * C, *du = dux + w * C, *gb = g_bvol + (y * W + w) * C;
                     for (int k = 0; k < C; k++) {
                         dcz[k] += dw[k] * u[k];
@@ -318,26 +349,60 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t B, size
                         gb[k] += dw[k];
                     }
                 }
+        float *restrict dczn = out.cz + bn * D * C, *restrict duyn = out.uy + bn * H * C;
+        for (int i = 0; i < D * C; i++) dczn[i] = 0.0f;
+        for (int i = 0; i < H * C; i++) duyn[i] = 0.0f;
+        for (int d = 0; d < D; d++)
+            for (int y = 0; y < H; y++)
+                for (int k = 0; k < C; k++) {
+                    dczn[d * C + k] += dcyz[(d * H + y) * C + k] * uyn[y * C + k];
+                    duyn[y * C + k] += dcyz[(d * H + y) * C + k] * czn[d * C + k];
+                }
         /* The h half back through the W, H, D convs, then the read. */
         for (int p = 0; p < P; p++)
             for (int k = 0; k < C; k++) dhc[p * C + k] = dx[p * C2 + C + k];
         if (s->factorised) {
             float zero[C];
             for (int k = 0; k < C; k++) zero[k] = 0.0f;
-            conv_bwd(C, s, 2, dhc, b, taps + 6 * C, zero, db, g_taps + 6 * C, g_bias + 2 * C);
-            conv_bwd(C, s, 1, db, a, taps + 3 * C, zero, da, g_taps + 3 * C, g_bias + C);
-            conv_bwd(C, s, 0, da, h, taps, zero, dh, g_taps, g_bias);
+            conv_bwd(C, s, 2, dhc, b, in->taps + 6 * C, zero, db, g_taps + 6 * C, g_bias + 2 * C);
+            conv_bwd(C, s, 1, db, a, in->taps + 3 * C, zero, da, g_taps + 3 * C, g_bias + C);
+            conv_bwd(C, s, 0, da, h, in->taps, zero, dh, g_taps, g_bias);
         } else {
             memcpy(dh, dhc, PC * sizeof(float));
         }
-        float *dw3 = d_w3 + nb * P;
-        for (int p = 0; p < P; p++) {
-            float t[C];
-            for (int k = 0; k < C; k++) {
-                dh[p * C + k] += dr[k] * w3n[p];
-                t[k] = dr[k] * h[p * C + k];
+        for (int d = 0; d < D; d++)
+            for (int y = 0; y < H; y++) {
+                const float wzy = wz[d] * wy[y];
+                float acc = 0.0f;
+                for (int w = 0; w < W; w++) {
+                    const int p = (d * H + y) * W + w;
+                    const float wt = wzy * wx[w];
+                    if (wt != 0.0f)
+                        for (int k = 0; k < C; k++) dh[p * C + k] += dr[k] * wt;
+                    float t[C];
+                    for (int k = 0; k < C; k++) t[k] = dr[k] * h[p * C + k];
+                    dw3[p] = channel_sum(C, t);
+                    acc += dw3[p] * wx[w];
+                }
+                dwzy[d * H + y] = acc;
             }
-            dw3[p] = channel_sum(C, t);
+        /* w3 = (wz wy) wx, differentiated in that order, as autograd would. */
+        float *dwz = out.wz + bn * D, *dwy = out.wy + bn * H, *dwx = out.wx + bn * W;
+        for (int w = 0; w < W; w++) {
+            float acc = 0.0f;
+            for (int d = 0; d < D; d++)
+                for (int y = 0; y < H; y++) acc += dw3[(d * H + y) * W + w] * (wz[d] * wy[y]);
+            dwx[w] = acc;
+        }
+        for (int d = 0; d < D; d++) {
+            float acc = 0.0f;
+            for (int y = 0; y < H; y++) acc += dwzy[d * H + y] * wy[y];
+            dwz[d] = acc;
+        }
+        for (int y = 0; y < H; y++) {
+            float acc = 0.0f;
+            for (int d = 0; d < D; d++) acc += dwzy[d * H + y] * wz[d];
+            dwy[y] = acc;
         }
     }
 }
@@ -375,23 +440,25 @@ static float *alloc(size_t n) {
 }
 
 int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nthreads,
-               const float *cyz, const float *ux, const float *bvol, const float *w3, const float *h0,
-               const float *c0, const float *taps, const float *biases, const float *mix_w, const float *mix_b,
+               const float *cz, const float *uy, const float *ux, const float *bvol, const float *wz,
+               const float *wy, const float *wx, const float *h0, const float *c0, const float *taps,
+               const float *biases, const float *mix_w, const float *mix_b,
                float *reads, float *hN, float *cN, float *hs, float *cs, float *gs) {
     const Shape s = {D, H, W, D * H * W, factorised};
+    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, NULL};
     const size_t PC = (size_t)s.P * C;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 17);
+        float *buf = alloc(PC * 18);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-#define FORWARD(CC) forward_sequence(CC, &s, N, B, bi, cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, \
-                                     h0 + bi * PC, c0 + bi * PC, hN + bi * PC, cN + bi * PC, reads, hs, cs, gs, buf)
+#define FORWARD(CC) forward_sequence(CC, &s, N, bi, &in, h0 + bi * PC, c0 + bi * PC, hN + bi * PC, cN + bi * PC, \
+                                     reads, hs, cs, gs, buf)
             DISPATCH(FORWARD)
         }
         free(buf);
@@ -401,34 +468,36 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
 }
 
 int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nthreads,
-                const float *cyz, const float *ux, const float *bvol, const float *w3, const float *taps,
-                const float *biases, const float *mix_w, const float *hs, const float *cs, const float *gs,
-                const float *d_reads, const float *d_hN, const float *d_cN,
-                float *d_cyz, float *d_ux, float *d_w3, float *d_h0, float *d_c0, float *gparts, float *gsum) {
+                const float *cz, const float *uy, const float *ux, const float *bvol, const float *wz,
+                const float *wy, const float *wx, const float *taps, const float *biases, const float *mix_w,
+                const float *hs, const float *cs, const float *gs, const float *d_reads, const float *d_hN,
+                const float *d_cN, float *d_cz, float *d_uy, float *d_ux, float *d_wz, float *d_wy, float *d_wx,
+                float *d_h0, float *d_c0, float *gparts, float *gsum) {
     const Shape s = {D, H, W, D * H * W, factorised};
     const int C2 = 2 * C, C4 = 4 * C;
     const size_t PC = (size_t)s.P * C;
     const size_t G = (size_t)C2 * C4 + C4 + (size_t)H * W * C + 12 * C;
+    const StepGrads out = {d_cz, d_uy, d_ux, d_wz, d_wy, d_wx};
     int failed = 0;
     float *mix_t = alloc((size_t)C4 * C2);  /* mix_w transposed, so that dx = dz @ mix_t is a plain gemm */
     if (!mix_t) return 1;
     for (int i = 0; i < C2; i++)
         for (int j = 0; j < C4; j++) mix_t[j * C2 + i] = mix_w[i * C4 + j];
+    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, NULL, mix_t};
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 16);
+        float *buf = alloc(PC * 20);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-            float *g = gparts + bi * G, *dh = buf + 14 * PC, *dc = dh + PC;
+            float *g = gparts + bi * G, *dh = buf + 18 * PC, *dc = dh + PC;
             memset(g, 0, G * sizeof(float));
             if (d_hN) memcpy(dh, d_hN + bi * PC, PC * sizeof(float)); else memset(dh, 0, PC * sizeof(float));
             if (d_cN) memcpy(dc, d_cN + bi * PC, PC * sizeof(float)); else memset(dc, 0, PC * sizeof(float));
-#define BACKWARD(CC) backward_sequence(CC, &s, N, B, bi, cyz, ux, bvol, w3, taps, biases, mix_t, hs, cs, gs, \
-                                       d_reads, dh, dc, d_cyz, d_ux, d_w3, g, buf)
+#define BACKWARD(CC) backward_sequence(CC, &s, N, bi, &in, hs, cs, gs, d_reads, dh, dc, out, g, buf)
             DISPATCH(BACKWARD)
             if (d_h0) memcpy(d_h0 + bi * PC, dh, PC * sizeof(float));
             if (d_c0) memcpy(d_c0 + bi * PC, dc, PC * sizeof(float));

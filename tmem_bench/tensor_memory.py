@@ -225,18 +225,14 @@ class TensorMemory(nn.Module):
             uz, uy, ux = (f.unsqueeze(-1).expand(*f.shape, C) for f in (fz, fy, fx))
             bvol = x.new_zeros(H, W, C)
         cz = content[:, :, None] * uz  # (B, N, D, C)
-        cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
-
         wz, wy, wx = (hat_weights(mu_read[..., k], n) for k, n in ((2, D), (1, H), (0, W)))  # (B, N, n)
-        w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
 
         h0 = state.h.permute(0, 2, 3, 4, 1).contiguous()  # (B, D, H, W, C)
         c0 = state.c.permute(0, 2, 3, 4, 1).contiguous()
         r, hN, cN = tm_fast.scan(
-            cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol, w3.transpose(0, 1).contiguous(),
-            h0, c0, taps, biases, mix_w, mix_b, factorised, cfg.kernel,
-        )  # r (N, B, C): each chunk's read of the state before its own write
-        read = self.read_out(r.transpose(0, 1))  # (B, N, d)
+            cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised, cfg.kernel,
+        )  # r (B, N, C): each chunk's read of the state before its own write
+        read = self.read_out(r)  # (B, N, d)
         read = read.repeat_interleave(K, dim=1)[:, :S]  # (B, S, d)
         return read, MemoryState(hN.permute(0, 4, 1, 2, 3), cN.permute(0, 4, 1, 2, 3))
 

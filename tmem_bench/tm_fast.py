@@ -164,8 +164,8 @@ def native_library():
             lib = None
         if lib is not None:
             ptr, i = ctypes.c_void_p, ctypes.c_int
-            lib.tm_forward.argtypes = [i] * 8 + [ptr] * 16
-            lib.tm_backward.argtypes = [i] * 8 + [ptr] * 20
+            lib.tm_forward.argtypes = [i] * 8 + [ptr] * 19
+            lib.tm_backward.argtypes = [i] * 8 + [ptr] * 26
             lib.tm_forward.restype = lib.tm_backward.restype = i
         _native.append(lib)
     return _native[0]
@@ -208,47 +208,60 @@ def _release(tensors) -> None:
             free.append(t)
 
 
-def _native_forward(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, keep: bool):
-    N, B, D, H, C = cyz.shape
-    W = ux.shape[2]
-    P = D * H * W
-    reads = h0.new_empty((N, B, C))
-    hN, cN = torch.empty_like(h0), torch.empty_like(c0)
-    saved = [_buffer((B, N, P, C)), _buffer((B, N, P, C)), _buffer((B, N, P, 4 * C))] if keep else []
-    ins = [t.contiguous() for t in (cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b)]
-    status = native_library().tm_forward(
-        B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
-        *(_ptr(t) for t in ins), _ptr(reads), _ptr(hN), _ptr(cN), *(_ptr(t) for t in saved or [None] * 3))
-    if status:
-        raise MemoryError("the native Tensor Memory forward could not allocate its buffers")
-    return reads, hN, cN, saved
+class NativeScan(torch.autograd.Function):
+    """The same scan as TensorMemoryScan through `_scan.c`, on the write and read
+    weights' 1D factors (formed into volumes inside C, never in memory), batch first:
+    cz (B, N, D, C), uy (B, N, H, C), ux (B, N, W, C), wz / wy / wx (B, N, D / H / W)
+    -> reads (B, N, C), (h_N, c_N)."""
 
+    @staticmethod
+    def forward(ctx, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool):
+        B, N, D, C = cz.shape
+        H, W = uy.shape[2], ux.shape[2]
+        P = D * H * W
+        keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
+        reads = h0.new_empty((B, N, C))
+        hN, cN = torch.empty_like(h0), torch.empty_like(c0)
+        saved = [_buffer((B, N, P, C)), _buffer((B, N, P, C)), _buffer((B, N, P, 4 * C))] if keep else [None] * 3
+        ins = [t.contiguous() for t in (cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)]
+        status = native_library().tm_forward(
+            B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
+            *(_ptr(t) for t in ins), _ptr(reads), _ptr(hN), _ptr(cN), *(_ptr(t) for t in saved))
+        if status:
+            raise MemoryError("the native Tensor Memory forward could not allocate its buffers")
+        if keep:
+            ctx.save_for_backward(*ins[:7], *ins[9:12], *saved)
+        ctx.factorised, ctx.released = factorised, False
+        return reads, hN, cN
 
-def _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN, factorised: bool,
-                     want_h0: bool = True, want_c0: bool = True):
-    N, B, D, H, C = cyz.shape
-    W = ux.shape[2]
-    d_cyz, d_ux, d_w3 = torch.empty_like(cyz), torch.empty_like(ux), torch.empty_like(w3)
-    d_h0 = cyz.new_empty((B, D, H, W, C)) if want_h0 else None
-    d_c0 = cyz.new_empty((B, D, H, W, C)) if want_c0 else None
-    sizes = [2 * C * 4 * C, 4 * C, H * W * C, 9 * C, 3 * C]
-    parts, total = _buffer((B, sum(sizes))), cyz.new_empty(sum(sizes))
-    if d_reads is None:
-        d_reads = cyz.new_zeros((N, B, C))
-    ins = [t.contiguous() for t in (cyz, ux, bvol, w3, taps, biases, mix_w, *saved, d_reads)]
-    grads_out = [t if t is None else t.contiguous() for t in (d_hN, d_cN)]
-    status = native_library().tm_backward(
-        B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
-        *(_ptr(t) for t in ins), *(_ptr(t) for t in grads_out),
-        _ptr(d_cyz), _ptr(d_ux), _ptr(d_w3), _ptr(d_h0), _ptr(d_c0), _ptr(parts), _ptr(total))
-    _release([parts])
-    if status:
-        raise MemoryError("the native Tensor Memory backward could not allocate its buffers")
-    # Weight gradients are summed in two stages, over each sequence's steps and then
-    # over sequences, both in C in an order that does not depend on the threads.
-    d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = total.split(sizes)
-    return (d_cyz, d_ux, d_bvol.view(H, W, C), d_w3, d_h0, d_c0, d_taps.view(3, 3, C), d_biases.view(3, C),
-            d_mix_w.view(2 * C, 4 * C), d_mix_b)
+    @staticmethod
+    def backward(ctx, d_reads, d_hN, d_cN):
+        if ctx.released:
+            raise RuntimeError("the native Tensor Memory scan recycles its saved states after one backward; "
+                               "use kernel='compiled' or 'eager' to backward through it twice")
+        cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, *saved = ctx.saved_tensors
+        B, N, D, C = cz.shape
+        H, W = uy.shape[2], ux.shape[2]
+        grads_in = [torch.empty_like(t) for t in (cz, uy, ux, wz, wy, wx)]
+        d_h0, d_c0 = (cz.new_empty((B, D, H, W, C)) if want else None for want in ctx.needs_input_grad[7:9])
+        sizes = [2 * C * 4 * C, 4 * C, H * W * C, 9 * C, 3 * C]
+        parts, total = _buffer((B, sum(sizes))), cz.new_empty(sum(sizes))
+        d_reads = cz.new_zeros((B, N, C)) if d_reads is None else d_reads.contiguous()
+        d_state = [None if t is None else t.contiguous() for t in (d_hN, d_cN)]
+        status = native_library().tm_backward(
+            B, N, D, H, W, C, int(ctx.factorised), torch.get_num_threads(),
+            *(_ptr(t) for t in (cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, *saved, d_reads, *d_state)),
+            *(_ptr(t) for t in (*grads_in, d_h0, d_c0, parts, total)))
+        ctx.released = True
+        _release([*saved, parts])
+        if status:
+            raise MemoryError("the native Tensor Memory backward could not allocate its buffers")
+        # Weight gradients are summed in two stages, over each sequence's steps and then
+        # over sequences, both in C in an order that does not depend on the threads.
+        d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = total.split(sizes)
+        d_cz, d_uy, d_ux, d_wz, d_wy, d_wx = grads_in
+        return (d_cz, d_uy, d_ux, d_bvol.view(H, W, C), d_wz, d_wy, d_wx, d_h0, d_c0, d_taps.view(3, 3, C),
+                d_biases.view(3, C), d_mix_w.view(2 * C, 4 * C), d_mix_b, None)
 
 
 def _step_functions(kernel: str):
@@ -297,15 +310,8 @@ class TensorMemoryScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str):
         # cyz (N, B, D, H, C), ux (N, B, W, C), bvol (H, W, C), w3 (N, B, D, H, W), h0 / c0 (B, D, H, W, C)
-        kernel = resolve_kernel(kernel, h0)
         ctx.factorised, ctx.kernel = factorised, kernel
         keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
-        if kernel == "native":
-            reads, hN, cN, saved = _native_forward(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b,
-                                                   factorised, keep)
-            ctx.save_for_backward(cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved)
-            ctx.released = False
-            return reads, hN, cN
         fwd, _, compiled = _step_functions(kernel)
         N, B = cyz.shape[:2]
         # Tiles are a CPU cache measure; a GPU wants the whole batch in each kernel.
@@ -330,15 +336,6 @@ class TensorMemoryScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_reads, d_hN, d_cN):
         cyz, ux, bvol, w3, taps, biases, mix_w, mix_b, *saved = ctx.saved_tensors
-        if ctx.kernel == "native":
-            if ctx.released:
-                raise RuntimeError("the native Tensor Memory scan recycles its saved states after one backward; "
-                                   "use kernel='compiled' or 'eager' to backward through it twice")
-            grads_in = _native_backward(cyz, ux, bvol, w3, taps, biases, mix_w, saved, d_reads, d_hN, d_cN,
-                                        ctx.factorised, *ctx.needs_input_grad[4:6])
-            ctx.released = True
-            _release(saved)
-            return (*grads_in, None, None)
         _, bwd, compiled = _step_functions(ctx.kernel)
         N, B = cyz.shape[:2]
         state_shape = (B, *saved[0].shape[1:])
@@ -364,5 +361,17 @@ class TensorMemoryScan(torch.autograd.Function):
         return d_cyz, d_ux, d_bvol, d_w3, d_h0, d_c0, d_taps, d_biases, d_mix_w, d_mix_b, None, None
 
 
-def scan(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str = "auto"):
-    return TensorMemoryScan.apply(cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised, kernel)
+def scan(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str = "auto"):
+    """Reads (B, N, C) and final (h, c) of a scan given, per sequence and step, the
+    write volume's factors cz (B, N, D, C), uy (B, N, H, C), ux (B, N, W, C) (the
+    volume is cz[d] * uy[h] * ux[w] + bvol[h, w]) and the read weights' factors
+    wz, wy, wx (B, N, D / H / W) (the weight of cell (d, h, w) is wz[d] wy[h] wx[w])."""
+    kernel = resolve_kernel(kernel, h0)
+    if kernel == "native":
+        return NativeScan.apply(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised)
+    cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
+    w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
+    reads, hN, cN = TensorMemoryScan.apply(
+        cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol, w3.transpose(0, 1).contiguous(),
+        h0, c0, taps, biases, mix_w, mix_b, factorised, kernel)
+    return reads.transpose(0, 1), hN, cN
