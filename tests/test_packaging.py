@@ -8,6 +8,8 @@ import venv
 import zipfile
 from pathlib import Path
 
+from test_tensor_memory import c_compiler
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,8 +25,8 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
     for module in ("tmem_bench/tasks/coordinate_binding.py", "tmem_bench/baselines/transformer.py",
                    "tmem_bench/profiles/quick.toml", "tmem_bench/cli.py"):
         assert module in names
-    assert any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd")) for n in names), \
-        "the wheel lacks the native Tensor Memory extension"
+    has_native = any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd")) for n in names)
+    assert has_native or c_compiler() is None, "a C compiler is here but the wheel lacks the native extension"
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
@@ -50,7 +52,7 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
     assert "coordinate_binding" in cli.stdout
     native = subprocess.run([py, "-c", "from tmem_bench import tm_fast; print(tm_fast.native_library() is not None)"],
                             check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert native.stdout.strip() == "True"
+    assert native.stdout.strip() == str(has_native)
 
 
 def test_install_without_a_compiler_falls_back_to_pytorch(tmp_path):
