@@ -1,12 +1,13 @@
 """One full training step (forward, backward, AdamW) of coordinate binding, side by side.
 
-Models: the naive Tensor Memory twin (nn.Conv3d / F.grid_sample loop), the fast
-path compiled and eager, and `base`. Runs are interleaved round-robin so that
-load from other processes hits every model alike; medians after warm-up are
-reported, the compiled path's first-call (compile) time separately, and the
-fraction of this machine's measured fp32 matmul throughput each step reaches.
+Models: `base`; Tensor Memory through each scan kernel: native (the C extension,
+the CPU default), compiled (torch.compile'd step) and eager; and the naive twin
+(nn.Conv3d / F.grid_sample loop). Runs are interleaved round-robin so that load
+from other processes hits every model alike; medians after warm-up are reported,
+the compiled path's first-call (compile) time separately, and the fraction of
+this machine's measured fp32 matmul throughput each step reaches.
 
-    python benchmarks/bench_tensor_step.py --batch 128 --json benchmarks/results/tensor_step_b128.json
+    python benchmarks/bench_tensor_step.py --threads 2 --json benchmarks/results/tensor_step_b128_t2.json
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ class TensorMemoryConfig:
     write_mode: str = "gaussian"
     coord_heads: str = "shared"
     update: str = "factorised"
-    kernel: str = "auto"  # scan step: torch.compile'd ("compiled"), eager, or compiled when possible
+    kernel: str = "auto"  # the scan: native C, torch.compile'd step, eager; auto = the first available
 
     def __post_init__(self):
         for name in ("d_model", "channels", "chunk_size"):

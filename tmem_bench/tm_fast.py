@@ -232,6 +232,7 @@ class NativeScan(torch.autograd.Function):
         if keep:
             ctx.save_for_backward(*ins[:7], *ins[9:12], *saved)
         ctx.factorised, ctx.released = factorised, False
+        ctx.set_materialize_grads(False)  # an unused final state arrives as None, not as a volume of zeros
         return reads, hN, cN
 
     @staticmethod
