@@ -11,13 +11,15 @@ and it falls back to eager PyTorch whenever compilation is unavailable or fails.
 Volumes are channel-last, (B, D, H, W, C): the depthwise 3-tap convolutions become
 shifted multiply-adds over contiguous channel vectors and the pointwise mix is one
 (B*D*H*W, 2C) @ (2C, 4C) matmul. The write half of the memory operator is linear
-and separable, so the caller convolves its 1D factors outside the loop and passes
-them in (`cyz`, `ux`, `bvol`); the volume is formed inside the step, where a
+and separable, so the caller convolves its 1D factors outside the loop and `scan`
+takes them (and the read weights' factors); the PyTorch path forms the (D, H)
+part outside the loop (`cyz`) and the full volume inside the step, where a
 compiled kernel never writes it to memory.
 
 On CPU in float32 the whole scan runs by default in `_scan.c` (kernel "native"),
 built by `pip install` as an optional extension: one C call per direction, each
-sequence's recurrence kept in cache from its first step to its last. Wherever the
+sequence's recurrence kept in cache from its first step to its last, every volume
+formed from its factors in C. Wherever the
 extension is not built (no C compiler, no OpenMP, an uninstalled checkout), or is
 switched off with TMEM_BENCH_NO_NATIVE=1, "auto" takes the compiled step, and
 eager PyTorch where compilation fails.
