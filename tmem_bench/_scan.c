@@ -31,6 +31,7 @@
 #define HAVE_MXCSR 1
 #endif
 
+#define INLINE static inline __attribute__((always_inline))
 #define VW 16
 typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));  /* unaligned loads allowed */
 
@@ -63,9 +64,8 @@ static inline float ftanh(float x) {
 
 /* out[i, :cols] (+)= bias + sum_k A[i*sar + k*sak] * Bm[k, :cols] for nr <= 8 rows and
  * nv <= 4 vectors of columns; constant nr and nv after inlining keep acc in registers. */
-static inline __attribute__((always_inline)) void tile(
-    const int nr, const int nv, int red, const float *A, int sar, int sak, const float *Bm, int ldb,
-    float *O, int ldo, const float *bias, int accumulate) {
+INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, int sak, const float *Bm, int ldb,
+                 float *O, int ldo, const float *bias, int accumulate) {
     vf acc[8][4];
     for (int i = 0; i < nr; i++)
         for (int v = 0; v < nv; v++)
@@ -100,8 +100,8 @@ static inline __attribute__((always_inline)) void tile(
     } while (0)
 
 /* O (rows, cols) (+)= [bias +] A @ Bm with A's element (i, k) at A[i*sar + k*sak]. */
-static inline __attribute__((always_inline)) void gemm(int rows, int red, int cols, const float *A, int sar, int sak, const float *Bm, int ldb,
-                 float *O, int ldo, const float *bias, int accumulate) {
+INLINE void gemm(int rows, int red, int cols, const float *A, int sar, int sak, const float *Bm, int ldb, float *O,
+                 int ldo, const float *bias, int accumulate) {
     int j = 0;
     for (; j + 4 * VW <= cols; j += 4 * VW) {
         const float *bj = bias ? bias + j : NULL;
@@ -122,7 +122,6 @@ static inline __attribute__((always_inline)) void gemm(int rows, int red, int co
 /* Helpers take the channel count as a compile-time constant where the caller
  * dispatches on it (see DISPATCH), so that per-voxel channel loops become
  * straight-line vector code. */
-#define INLINE static inline __attribute__((always_inline))
 
 typedef struct {
     int D, H, W, P, factorised;
