@@ -261,6 +261,17 @@ def test_native_recycled_buffers_and_no_grad_path(kernel):
         assert torch.equal(model(x), first[0])
 
 
+def test_buffer_pool_keeps_recent_shapes_only(monkeypatch):
+    monkeypatch.setattr(tm_fast, "_free_buffers", {})
+    shapes = [(i + 1, 3) for i in range(tm_fast._POOL_SHAPES + 2)]
+    for shape in shapes:
+        tm_fast._release([torch.empty(shape), torch.empty(shape)])
+    assert list(tm_fast._free_buffers) == shapes[2:]
+    kept = tm_fast._free_buffers[shapes[-1]][-1]
+    assert tm_fast._buffer(shapes[-1]) is kept
+    assert tm_fast._buffer((99, 3)).shape == (99, 3)
+
+
 @pytest.mark.parametrize("kernel", ["native"])
 def test_native_refuses_a_second_backward(kernel):
     model = _native_model()

@@ -193,9 +193,12 @@ def _ptr(t: torch.Tensor | None):
 
 
 # The native scan saves each step's state and gates for the backward: about 250 MB
-# per layer at batch 128 and 24 steps. Fresh buffers of that size page-fault on every first
-# touch, so they are recycled (a few per shape) once their backward has run.
+# per layer at batch 128 and 24 steps. Fresh buffers of that size page-fault on every
+# first touch, so they are recycled once their backward has run: the pool keeps what
+# the last steps had in flight, for the few most recently used shapes only (a run
+# that moves on to other sizes does not keep the old ones).
 _free_buffers: dict[tuple, list[torch.Tensor]] = {}
+_POOL_SHAPES = 6
 
 
 def _buffer(shape: tuple) -> torch.Tensor:
@@ -205,9 +208,10 @@ def _buffer(shape: tuple) -> torch.Tensor:
 
 def _release(tensors) -> None:
     for t in tensors:
-        free = _free_buffers.setdefault(tuple(t.shape), [])
-        if len(free) < 4:
-            free.append(t)
+        shape = tuple(t.shape)
+        _free_buffers[shape] = _free_buffers.pop(shape, []) + [t]  # most recently used last
+    while len(_free_buffers) > _POOL_SHAPES:
+        del _free_buffers[next(iter(_free_buffers))]
 
 
 class NativeScan(torch.autograd.Function):
