@@ -307,6 +307,10 @@ def test_native_is_float32_cpu_only():
     memory.config.kernel = "auto"
     assert tm_fast.resolve_kernel("auto", x) == "auto"
     assert memory(x)[0].dtype == torch.float64
+    # One tensor of another dtype (as under autocast) is enough to leave the C path.
+    assert tm_fast.resolve_kernel("auto", x.float(), x.float().bfloat16()) == "auto"
+    with pytest.raises(RuntimeError, match="torch.bfloat16"):
+        tm_fast.resolve_kernel("native", x.float(), x.float().bfloat16())
 
 
 def test_state_size_is_fixed():

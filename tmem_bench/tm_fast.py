@@ -173,12 +173,14 @@ def native_library():
     return _native[0]
 
 
-def resolve_kernel(kernel: str, like: torch.Tensor) -> str:
-    """The kernel a scan over tensors like `like` runs with: native, compiled or eager."""
-    native_ok = like.device.type == "cpu" and like.dtype == torch.float32
+def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
+    """The kernel a scan over `tensors` runs with: native, compiled or eager ("auto"
+    where the PyTorch path decides between the last two)."""
+    native_ok = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
     if kernel == "native":
         if not native_ok:
-            raise RuntimeError(f"the native Tensor Memory kernel runs float32 on CPU only, got {like.dtype} on {like.device}")
+            found = sorted({f"{t.dtype} on {t.device}" for t in tensors})
+            raise RuntimeError(f"the native Tensor Memory kernel runs float32 on CPU only, got {', '.join(found)}")
         if native_library() is None:
             raise RuntimeError("the native Tensor Memory kernel is not built here (reinstall with a C compiler "
                                "that supports OpenMP) or is off (TMEM_BENCH_NO_NATIVE); use kernel auto, compiled or eager")
@@ -373,7 +375,7 @@ def scan(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, facto
     write volume's factors cz (B, N, D, C), uy (B, N, H, C), ux (B, N, W, C) (the
     volume is cz[d] * uy[h] * ux[w] + bvol[h, w]) and the read weights' factors
     wz, wy, wx (B, N, D / H / W) (the weight of cell (d, h, w) is wz[d] wy[h] wx[w])."""
-    kernel = resolve_kernel(kernel, h0)
+    kernel = resolve_kernel(kernel, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)
     if kernel == "native":
         return NativeScan.apply(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised)
     cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
