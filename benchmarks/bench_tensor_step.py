@@ -143,7 +143,7 @@ def main():
             "all_s": times[name],
             "first_step_s": first[name],
             "compile_s": first[name] - med[name] if name == "tensor (compiled)" else None,
-            "batch_tile": tile_of[name] if name.startswith("tensor") else None,
+            "batch_tile": tile_of[name] if name.startswith("tensor") and "native" not in name else None,
             "x_base": med[name] / med["base"],
             "naive_over_this": med["naive twin"] / med[name] if "naive twin" in med else None,
             "gflop_per_step": flops[name] / 1e9,
