@@ -13,6 +13,11 @@ from test_tensor_memory import c_compiler
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def has_native_extension(wheel: Path) -> bool:
+    return any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd"))
+               for n in zipfile.ZipFile(wheel).namelist())
+
+
 def test_wheel_installs_only_tmem_bench(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
@@ -25,7 +30,7 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
     for module in ("tmem_bench/tasks/coordinate_binding.py", "tmem_bench/baselines/transformer.py",
                    "tmem_bench/profiles/quick.toml", "tmem_bench/cli.py"):
         assert module in names
-    has_native = any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd")) for n in names)
+    has_native = has_native_extension(wheel)
     assert has_native or c_compiler() is None, "a C compiler is here but the wheel lacks the native extension"
 
     env_dir = tmp_path / "venv"
@@ -68,8 +73,7 @@ def test_install_without_a_compiler_falls_back_to_pytorch(tmp_path):
         check=True, capture_output=True, timeout=300, env=env,
     )
     (wheel,) = tmp_path.glob("tmem_bench-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert not any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd")) for n in names)
+    assert not has_native_extension(wheel)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
                     str(wheel)], check=True, capture_output=True, timeout=300)
