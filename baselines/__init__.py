@@ -1,3 +1,1 @@
-"""Attention baselines, each registered in tmem_bench.registry.BACKBONES."""
-from . import transformer  # noqa: F401
-from . import linear, lstm, registers, slots, wide, xl  # noqa: F401
+"""Baseline backbones, one module per family; `tmem_bench.registry` names them."""

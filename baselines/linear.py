@@ -17,9 +17,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.registry import BACKBONES
+from tmem_bench.transformer import Transformer, TransformerConfig
 
-from .transformer import MLP, require_positive
+
+@dataclass
+class LinearConfig(TransformerConfig):
+    chunk: int = 16  # training-time chunk of the quadratic form; does not change the function
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -65,17 +68,15 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 class LinearAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float, chunk: int):
+    def __init__(self, config: LinearConfig):
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        self.n_heads = n_heads
-        self.chunk = chunk
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.n_heads = config.n_heads
+        self.chunk = config.chunk
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
         B, S, D = x.shape
         q, k, v = self.qkv(x).view(B, S, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, h, S, hd)
         y = linear_attention_chunked(feature_map(q), feature_map(k), v, self.chunk)
@@ -83,54 +84,20 @@ class LinearAttention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
 
-class LinearBlock(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float, mlp_ratio: float, chunk: int):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(d_model)
-        self.attn = LinearAttention(d_model, n_heads, dropout, chunk)
-        self.ln_2 = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, mlp_ratio, dropout)
+class LinearTransformer(Transformer):
+    config_class = LinearConfig
+    windowed = False
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+    def make_mixer(self, config: LinearConfig) -> nn.Module:
+        return LinearAttention(config)
 
-
-@dataclass
-class LinearConfig:
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    dropout: float = 0.1
-    mlp_ratio: float = 4.0
-    chunk: int = 16  # training-time chunk of the quadratic form; does not change the function
-
-    def __post_init__(self):
-        require_positive(self, "d_model", "n_layers", "n_heads", "chunk")
-
-
-class LinearTransformer(nn.Module):
-    def __init__(self, config: LinearConfig):
-        super().__init__()
-        self.config = config
-        self.blocks = nn.ModuleList(
-            LinearBlock(config.d_model, config.n_heads, config.dropout, config.mlp_ratio, config.chunk)
-            for _ in range(config.n_layers)
-        )
-        self.ln_f = nn.LayerNorm(config.d_model)
-
-    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)  # (B, S, d)
-        return self.ln_f(x)
+    def mask(self, seq_len, device, blocked):
+        return None  # the state is a memory, not a softmax: nothing to mask
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens: per layer and head, S (hd x hd) and z (hd); independent of seq_len."""
         c = self.config
-        head_dim = c.d_model // c.n_heads
-        return c.n_layers * c.n_heads * (head_dim * head_dim + head_dim) * bytes_per_element
+        return c.n_layers * c.n_heads * (c.head_dim * c.head_dim + c.head_dim) * bytes_per_element
 
 
-@BACKBONES.register("linear")
-def linear(d_model: int, n_layers: int, n_heads: int, **options) -> LinearTransformer:
-    return LinearTransformer(LinearConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+linear = LinearTransformer.build

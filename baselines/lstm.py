@@ -11,9 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tmem_bench.registry import BACKBONES
-
-from .transformer import require_positive
+from tmem_bench.errors import check_int
 
 
 @dataclass
@@ -24,7 +22,8 @@ class LSTMConfig:
     dropout: float = 0.1  # between stacked layers, as nn.LSTM applies it
 
     def __post_init__(self):
-        require_positive(self, "d_model", "n_layers", "n_heads")
+        for name in ("d_model", "n_layers", "n_heads"):
+            setattr(self, name, check_int(name, getattr(self, name)))
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
@@ -48,6 +47,5 @@ class LSTM(nn.Module):
         return 2 * self.config.n_layers * self.config.d_model * bytes_per_element
 
 
-@BACKBONES.register("lstm")
 def lstm(d_model: int, n_layers: int, n_heads: int, **options) -> LSTM:
     return LSTM(LSTMConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))

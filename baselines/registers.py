@@ -11,34 +11,22 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tmem_bench.registry import BACKBONES
-
-from .transformer import Block, attention_mask, require_positive
+from tmem_bench.transformer import Transformer, TransformerConfig, attention_mask
 
 
 @dataclass
-class RegistersConfig:
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    dropout: float = 0.1
-    mlp_ratio: float = 4.0
+class RegistersConfig(TransformerConfig):
     n_registers: int = 4
 
-    def __post_init__(self):
-        require_positive(self, "d_model", "n_layers", "n_heads", "n_registers")
 
+class RegistersTransformer(Transformer):
+    config_class = RegistersConfig
+    windowed = False
 
-class RegistersTransformer(nn.Module):
     def __init__(self, config: RegistersConfig):
-        super().__init__()
-        self.config = config
-        self.registers = nn.Parameter(torch.randn(config.n_registers, config.d_model) * 0.02)
-        self.blocks = nn.ModuleList(
-            Block(config.d_model, config.n_heads, config.dropout, config.mlp_ratio)
-            for _ in range(config.n_layers)
-        )
-        self.ln_f = nn.LayerNorm(config.d_model)
+        registers = torch.randn(config.n_registers, config.d_model) * 0.02  # drawn before the blocks' weights
+        super().__init__(config)
+        self.registers = nn.Parameter(registers)
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
         B, S, D = x.shape
@@ -56,10 +44,7 @@ class RegistersTransformer(nn.Module):
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens: the KV cache, registers included."""
-        c = self.config
-        return 2 * c.n_layers * (seq_len + c.n_registers) * c.d_model * bytes_per_element
+        return self.kv_cache_size(seq_len + self.config.n_registers, bytes_per_element)
 
 
-@BACKBONES.register("registers")
-def registers(d_model: int, n_layers: int, n_heads: int, **options) -> RegistersTransformer:
-    return RegistersTransformer(RegistersConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+registers = RegistersTransformer.build

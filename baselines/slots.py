@@ -31,25 +31,33 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.registry import BACKBONES
-
-from .transformer import Block, attention_mask, require_positive
+from tmem_bench.transformer import Block, Transformer, TransformerConfig, attention_mask
 
 UPDATES = ("prefix", "recurrent")
+
+
+@dataclass
+class SlotsConfig(TransformerConfig):
+    n_slots: int = 8
+    update: str = "prefix"  # or "recurrent" (see the module docstring)
+    chunk: int = 8  # "recurrent" only: tokens per slot update
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.update not in UPDATES:
+            raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {self.update!r}")
 
 
 class CrossAttention(nn.Module):
     """Queries x (..., L, d) attend to context (..., M, d); any leading batch dimensions."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    def __init__(self, config: SlotsConfig):
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        self.n_heads = n_heads
-        self.q = nn.Linear(d_model, d_model)
-        self.kv = nn.Linear(d_model, 2 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.n_heads = config.n_heads
+        self.q = nn.Linear(config.d_model, config.d_model)
+        self.kv = nn.Linear(config.d_model, 2 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         h, hd = self.n_heads, x.shape[-1] // self.n_heads
@@ -64,14 +72,14 @@ class SlotLayer(nn.Module):
     """What follows one transformer block: tokens read the slots, then (if anything reads
     the result) the slots attend to the tokens."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, write: bool):
+    def __init__(self, config: SlotsConfig, write: bool):
         super().__init__()
-        self.ln_read = nn.LayerNorm(d_model)
-        self.read = CrossAttention(d_model, n_heads, dropout)
+        self.ln_read = nn.LayerNorm(config.d_model)
+        self.read = CrossAttention(config)
         if write:
-            self.ln_slots = nn.LayerNorm(d_model)
-            self.ln_tokens = nn.LayerNorm(d_model)
-            self.write = CrossAttention(d_model, n_heads, dropout)
+            self.ln_slots = nn.LayerNorm(config.d_model)
+            self.ln_tokens = nn.LayerNorm(config.d_model)
+            self.write = CrossAttention(config)
 
 
 def cached_block(block: Block, x: torch.Tensor, cache: list, mask: torch.Tensor) -> torch.Tensor:
@@ -90,36 +98,17 @@ def cached_block(block: Block, x: torch.Tensor, cache: list, mask: torch.Tensor)
     return x + block.mlp(block.ln_2(x))
 
 
-@dataclass
-class SlotsConfig:
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    dropout: float = 0.1
-    mlp_ratio: float = 4.0
-    n_slots: int = 8
-    update: str = "prefix"  # or "recurrent" (see the module docstring)
-    chunk: int = 8  # "recurrent" only: tokens per slot update
+class SlotsTransformer(Transformer):
+    config_class = SlotsConfig
+    windowed = False
 
-    def __post_init__(self):
-        require_positive(self, "d_model", "n_layers", "n_heads", "n_slots", "chunk")
-        if self.update not in UPDATES:
-            raise ValueError(f"update must be one of {', '.join(UPDATES)}, got {self.update!r}")
-
-
-class SlotsTransformer(nn.Module):
     def __init__(self, config: SlotsConfig):
-        super().__init__()
-        self.config = config
-        self.slots = nn.Parameter(torch.randn(config.n_slots, config.d_model) * 0.02)
-        self.blocks = nn.ModuleList(
-            Block(config.d_model, config.n_heads, config.dropout, config.mlp_ratio)
-            for _ in range(config.n_layers)
-        )
+        slots = torch.randn(config.n_slots, config.d_model) * 0.02  # drawn before the blocks' weights
+        super().__init__(config)
+        self.slots = nn.Parameter(slots)
         # In "prefix" mode the last layer's slot update would have no reader.
         writes = [config.update == "recurrent" or i < config.n_layers - 1 for i in range(config.n_layers)]
-        self.slot_layers = nn.ModuleList(SlotLayer(config.d_model, config.n_heads, config.dropout, w) for w in writes)
-        self.ln_f = nn.LayerNorm(config.d_model)
+        self.slot_layers = nn.ModuleList(SlotLayer(config, w) for w in writes)
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
         if self.config.update == "prefix":
@@ -171,6 +160,4 @@ class SlotsTransformer(nn.Module):
         return (2 * c.n_layers * seq_len + 2 * writes * seq_len + c.n_layers * c.n_slots) * c.d_model * bytes_per_element
 
 
-@BACKBONES.register("slots")
-def slots(d_model: int, n_layers: int, n_heads: int, **options) -> SlotsTransformer:
-    return SlotsTransformer(SlotsConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+slots = SlotsTransformer.build

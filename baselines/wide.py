@@ -12,9 +12,8 @@ from dataclasses import fields
 import torch
 import torch.nn as nn
 
-from tmem_bench.registry import BACKBONES, get_backbone
-
-from .transformer import Transformer, TransformerConfig
+from tmem_bench.tensor_memory import tensor
+from tmem_bench.transformer import Transformer, TransformerConfig
 
 TOLERANCE = 0.05
 
@@ -34,7 +33,6 @@ def matched_hidden(d_model: int, n_layers: int, n_heads: int, dropout: float, ta
     return max(1, round(d_model + (target - lo) / per_unit))
 
 
-@BACKBONES.register("base_wide")
 def base_wide(d_model: int, n_layers: int, n_heads: int, dropout: float = 0.1, **memory_options) -> Transformer:
     """`memory_options` are those of `tensor` (memory size, channels, ...): the match is made
     against the tensor model those options build."""
@@ -43,9 +41,8 @@ def base_wide(d_model: int, n_layers: int, n_heads: int, dropout: float = 0.1, *
         raise TypeError(f"base_wide got transformer option(s) {shared}; it takes only the tensor model's memory options")
     # A private RNG stream: building the reference must not shift this model's initialisation.
     with torch.random.fork_rng(devices=[]):
-        tensor = get_backbone("tensor", d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                              dropout=dropout, **memory_options)
-    target = n_params(tensor)
+        reference = tensor(d_model=d_model, n_layers=n_layers, n_heads=n_heads, dropout=dropout, **memory_options)
+    target = n_params(reference)
     hidden = matched_hidden(d_model, n_layers, n_heads, dropout, target)
     model = Transformer(TransformerConfig(d_model, n_layers, n_heads, dropout, hidden / d_model))
     got = n_params(model)

@@ -20,9 +20,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.registry import BACKBONES
+from tmem_bench.transformer import Block, Transformer, TransformerConfig
 
-from .transformer import MLP, require_positive
+
+@dataclass
+class XLConfig(TransformerConfig):
+    segment: int = 8
 
 
 def xl_masks(seq_len: int, segment: int, device: torch.device, blocked: torch.Tensor | None):
@@ -39,16 +42,15 @@ def xl_masks(seq_len: int, segment: int, device: torch.device, blocked: torch.Te
 
 
 class XLAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float, segment: int):
+    def __init__(self, config: XLConfig):
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.rel_bias = nn.Parameter(torch.zeros(n_heads, 2 * segment))  # per head, per distance 0..2*segment-1
-        self.dropout = dropout
-        self.resid_dropout = nn.Dropout(dropout)
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        # per head, per distance 0..2*segment-1
+        self.rel_bias = nn.Parameter(torch.zeros(config.n_heads, 2 * config.segment))
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: torch.Tensor, allowed: torch.Tensor, distance: torch.Tensor):
         B, S, D = x.shape
@@ -67,54 +69,28 @@ class XLAttention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
 
-class XLBlock(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float, mlp_ratio: float, segment: int):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(d_model)
-        self.attn = XLAttention(d_model, n_heads, dropout, segment)
-        self.ln_2 = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, mlp_ratio, dropout)
-
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+class XLBlock(Block):
+    def forward(self, x: torch.Tensor, mask) -> torch.Tensor:
+        allowed, distance = mask
+        # The cache is the block's normalised input with no gradient into x.
         x = x + self.attn(self.ln_1(x), self.ln_1(x.detach()), allowed, distance)
         return x + self.mlp(self.ln_2(x))
 
 
-@dataclass
-class XLConfig:
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    dropout: float = 0.1
-    mlp_ratio: float = 4.0
-    segment: int = 8
+class TransformerXL(Transformer):
+    config_class = XLConfig
+    block_class = XLBlock
+    windowed = False
 
-    def __post_init__(self):
-        require_positive(self, "d_model", "n_layers", "n_heads", "segment")
+    def make_mixer(self, config: XLConfig) -> nn.Module:
+        return XLAttention(config)
 
-
-class TransformerXL(nn.Module):
-    def __init__(self, config: XLConfig):
-        super().__init__()
-        self.config = config
-        self.blocks = nn.ModuleList(
-            XLBlock(config.d_model, config.n_heads, config.dropout, config.mlp_ratio, config.segment)
-            for _ in range(config.n_layers)
-        )
-        self.ln_f = nn.LayerNorm(config.d_model)
-
-    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
-        allowed, distance = xl_masks(x.shape[1], self.config.segment, x.device, blocked)
-        for block in self.blocks:
-            x = block(x, allowed, distance)  # (B, S, d)
-        return self.ln_f(x)
+    def mask(self, seq_len, device, blocked):
+        return xl_masks(seq_len, self.config.segment, device, blocked)
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens: keys and values of the cached segment plus the current one."""
-        c = self.config
-        return 2 * c.n_layers * min(seq_len, 2 * c.segment) * c.d_model * bytes_per_element
+        return self.kv_cache_size(min(seq_len, 2 * self.config.segment), bytes_per_element)
 
 
-@BACKBONES.register("xl")
-def xl(d_model: int, n_layers: int, n_heads: int, **options) -> TransformerXL:
-    return TransformerXL(XLConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+xl = TransformerXL.build

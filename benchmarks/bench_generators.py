@@ -21,7 +21,7 @@ import torch
 from tmem_bench.model import TaskModel
 from tmem_bench.plan import make_plan
 from tmem_bench.registry import get_backbone, get_task
-from tmem_bench.tasks.base import level_key
+from tmem_bench.task import level_key
 from tmem_bench.train import loss_and_accuracy
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tmem_bench.registry import TASKS
 
-from .base import Adapter, Batch, Level, Task, check_float, check_int
+from tmem_bench.errors import check_float, check_int
+from tmem_bench.task import Adapter, Batch, Level, Task
 
 
 class CoordinateBindingAdapter(Adapter):
@@ -44,7 +44,6 @@ class CoordinateBindingAdapter(Adapter):
         return self.head_proj(h[:, -self.n_queries:])  # (B, Q, n_values)
 
 
-@TASKS.register("coordinate_binding")
 class CoordinateBinding(Task):
     name = "coordinate_binding"
     axes = ("n_writes", "noise")

@@ -34,15 +34,13 @@ import torch
 import torch.nn as nn
 from gymnasium import spaces
 
-from tmem_bench.errors import UsageError
-from tmem_bench.registry import TASKS
+from tmem_bench.errors import UsageError, check_float, check_int
 
-from .base import Adapter, Batch, Level, Task, check_float, check_int
+from tmem_bench.task import Adapter, Batch, Level, Task
 
 GRID = 8
 WINDOW = 2
 N_FEATURES = 7
-ENV_ID = "tmem_bench/MapBuilding-v0"
 TRAJECTORIES = ("random", "walk")
 # Offsets of the patch cells inside the window, in the order of the token features.
 _PATCH_ROWS = torch.tensor([0, 0, 1, 1])
@@ -87,7 +85,6 @@ class MapBuildingAdapter(Adapter):
         return self.head_proj(h[:, -1:])  # (B, 1, 2)
 
 
-@TASKS.register("map_building")
 class MapBuilding(Task):
     name = "map_building"
     axes = ("horizon",)
@@ -212,12 +209,3 @@ class MapBuildingEnv(gymnasium.Env):
         self._t = None
         reward = 1.0 if int(action) == self._answer else 0.0
         return self._tokens[horizon].copy(), reward, True, False, {"answer": self._answer}
-
-
-def register_env() -> None:
-    """Register `tmem_bench/MapBuilding-v0` with gymnasium (once; called on import)."""
-    if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point=MapBuildingEnv)
-
-
-register_env()

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tmem_bench.registry import TASKS
 
-from .base import Adapter, Batch, Level, Task, check_int
+from tmem_bench.errors import check_int
+from tmem_bench.task import Adapter, Batch, Level, Task
 
 
 class NoHarmAdapter(Adapter):
@@ -32,7 +32,6 @@ class NoHarmAdapter(Adapter):
         return self.head_proj(h[:, :-1])  # (B, S - 1, vocab)
 
 
-@TASKS.register("no_harm")
 class NoHarm(Task):
     name = "no_harm"
     axes = ()

@@ -40,10 +40,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tmem_bench.errors import UsageError
-from tmem_bench.registry import TASKS
+from tmem_bench.errors import UsageError, check_int
 
-from .base import Adapter, Batch, Level, Task, check_int
+from tmem_bench.task import Adapter, Batch, Level, Task
 
 SIZE = 16
 BALL = 2
@@ -85,7 +84,6 @@ class OcclusionAdapter(Adapter):
         return self.head_proj(h[:, -N_PATCHES:].mean(dim=1))[:, None]  # (B, 1, 4)
 
 
-@TASKS.register("occlusion")
 class Occlusion(Task):
     name = "occlusion"
     axes = ("occlusion_len",)

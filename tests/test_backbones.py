@@ -248,7 +248,7 @@ def test_base_wide_build_does_not_shift_the_seed():
     # weights are those of a plain transformer of its width built from the same seed.
     if "tensor" not in NAMES:
         pytest.skip("base_wide is matched to `tensor`, which is not registered")
-    from tmem_bench.baselines.transformer import Transformer
+    from tmem_bench.transformer import Transformer
 
     wide = build("base_wide", seed=0)
     torch.manual_seed(0)

@@ -17,11 +17,12 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
+import tmem_bench
 from tmem_bench.errors import UsageError
 from tmem_bench.plan import VARIANT_KEYS, Cell, load_profile
 from tmem_bench.registry import get_backbone, get_task, task_names
+from tmem_bench.task import MAX_TRAIN_SEED, fingerprint, level_key
 from tmem_bench.tasks import map_building, occlusion
-from tmem_bench.tasks.base import MAX_TRAIN_SEED, fingerprint, level_key
 from tmem_bench.train import run_cell
 
 TASKS = task_names()
@@ -101,7 +102,7 @@ FINGERPRINTS = """
 import itertools, json, sys
 from tmem_bench.plan import load_profile
 from tmem_bench.registry import get_task, task_names
-from tmem_bench.tasks.base import level_key
+from tmem_bench.task import level_key
 out = {}
 for name in task_names():
     task = get_task(name)
@@ -193,12 +194,19 @@ def test_block_queries_cuts_every_edge_from_queries_to_earlier_tokens(name, opti
 
 
 ENV_IDS = [i for i in gymnasium.registry if i.startswith("tmem_bench/")]
+MAP_ENV = "tmem_bench/MapBuilding-v0"
 
 
 def test_map_building_env_is_registered():
-    assert map_building.ENV_ID in ENV_IDS
-    map_building.register_env()  # a second registration is a no-op, not an error
-    assert gymnasium.registry[map_building.ENV_ID].entry_point is map_building.MapBuildingEnv
+    assert MAP_ENV in ENV_IDS
+    tmem_bench.register_envs()  # a second registration is a no-op, not an error
+    assert isinstance(gymnasium.make(MAP_ENV).unwrapped, map_building.MapBuildingEnv)
+
+
+def test_importing_the_package_registers_the_env():
+    code = f"import gymnasium, tmem_bench; print(type(gymnasium.make({MAP_ENV!r}).unwrapped).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "MapBuildingEnv"
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -214,7 +222,7 @@ def test_map_building_env_checker_per_trajectory(trajectory):
 @pytest.mark.parametrize("trajectory", map_building.TRAJECTORIES)
 def test_map_building_env_agrees_with_the_generator(trajectory):
     horizon = 6
-    env = gymnasium.make(map_building.ENV_ID, horizon=horizon, trajectory=trajectory)
+    env = gymnasium.make(MAP_ENV, horizon=horizon, trajectory=trajectory)
     task = map_building.MapBuilding(trajectory=trajectory)
     level = {"horizon": horizon}
     for seed in range(4):

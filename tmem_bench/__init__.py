@@ -1,9 +1,25 @@
 """tmem-bench: diagnostic toy tasks for memory in sequence models."""
 __version__ = "0.1.0"
 
+# Gymnasium's convention: importing the package registers its environments. The
+# entry point is a string, so torch and the task module load only on make().
+GYMNASIUM_ENVS = {"tmem_bench/MapBuilding-v0": "tmem_bench.tasks.map_building:MapBuildingEnv"}
+
+
+def register_envs() -> None:
+    """Register the suite's gymnasium environments (a second call is a no-op)."""
+    import gymnasium
+
+    for env_id, entry_point in GYMNASIUM_ENVS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry_point)
+
 
 def load_results(run_dir):
     """The results table of a run directory (one row per cell and evaluation level)."""
     from .results import load_results as _load
 
     return _load(run_dir)
+
+
+register_envs()

@@ -181,7 +181,7 @@ def cmd_list(args) -> int:
 
     from .plan import Overrides, load_profile, plan_task, profile_names
     from .registry import backbone_names, get_task, task_names
-    from .tasks.base import level_key
+    from .task import level_key
 
     console = Console(highlight=False, soft_wrap=True)
     profiles = {name: load_profile(name) for name in profile_names()}

@@ -6,7 +6,7 @@ import contextlib
 import torch
 import torch.nn as nn
 
-from .tasks.base import Adapter, Batch
+from .task import Adapter, Batch
 
 
 class TaskModel(nn.Module):

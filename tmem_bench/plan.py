@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from .errors import UsageError
-from .registry import get_backbone, get_task, task_names
-from .tasks.base import MAX_TRAIN_SEED, level_key
+from .errors import UsageError, check_int
+from .registry import BACKBONES, get_task, task_names
+from .task import MAX_TRAIN_SEED, level_key
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
 MODEL_SIZE_KEYS = ("d_model", "n_layers", "n_heads")
@@ -75,12 +75,6 @@ def load_profile(name: str) -> dict:
         raise UsageError(f"profile {name!r} is not valid TOML: {e}") from None
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _model_entries(entries: list) -> list[tuple[str, str, dict]]:
     """Profile model entries ("name" or {name, label, **options}) -> (name, label, options)."""
     out = []
@@ -117,7 +111,7 @@ def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]
     models = _model_entries(section["models"] if overrides.models is None else overrides.models)
     size = dict(section.get("model", {}))
     for key in MODEL_SIZE_KEYS:
-        _positive_int(key, size.get(key))
+        size[key] = check_int(key, size.get(key))
     for name, _, options in models:
         check_model(name, {**size, **options})
 
@@ -155,7 +149,7 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
     if overrides.batch_size is not None:
         train["batch_size"] = overrides.batch_size
     for key in ("steps", "batch_size", "log_every", "eval_size"):
-        _positive_int(key, train[key])
+        train[key] = check_int(key, train[key])
     seeds = overrides.seeds if overrides.seeds is not None else train.get("seeds", [0])
     for seed in seeds:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_TRAIN_SEED:
@@ -191,10 +185,9 @@ def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[t
 
 def check_model(name: str, model_options: dict) -> None:
     """Build the backbone once so a bad name or option fails before anything runs."""
+    factory = BACKBONES.get(name)  # an unknown name fails here with the list of known ones
     try:
-        get_backbone(name, **model_options)
-    except UsageError:
-        raise
+        factory(**model_options)
     except (TypeError, ValueError) as e:
         raise UsageError(f"model {name!r}: {e}") from None
 

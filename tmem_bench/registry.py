@@ -1,7 +1,10 @@
-"""Name -> factory registries for tasks and backbones.
+"""Tasks and backbones by name.
 
-External entries are named `module:attribute` (on the command line or in a
-profile) or published under the `tmem_bench.models` entry-point group.
+Built-ins are listed in one catalogue below as `module:attribute` and imported
+only when first asked for, so no implementation imports this module and this
+module imports none of them up front. External entries are named
+`module:attribute` (on the command line or in a profile) or published under the
+`tmem_bench.models` entry-point group.
 """
 from __future__ import annotations
 
@@ -11,78 +14,81 @@ from typing import Callable
 
 from .errors import UsageError
 
+BUILTIN_TASKS = {
+    "coordinate_binding": "tmem_bench.tasks.coordinate_binding:CoordinateBinding",
+    "map_building": "tmem_bench.tasks.map_building:MapBuilding",
+    "no_harm": "tmem_bench.tasks.no_harm:NoHarm",
+    "occlusion": "tmem_bench.tasks.occlusion:Occlusion",
+}
+BUILTIN_MODELS = {
+    "base": "tmem_bench.baselines.transformer:base",
+    "local": "tmem_bench.baselines.transformer:local",
+    "base_wide": "tmem_bench.baselines.wide:base_wide",
+    "linear": "tmem_bench.baselines.linear:linear",
+    "lstm": "tmem_bench.baselines.lstm:lstm",
+    "registers": "tmem_bench.baselines.registers:registers",
+    "slots": "tmem_bench.baselines.slots:slots",
+    "xl": "tmem_bench.baselines.xl:xl",
+    "tensor": "tmem_bench.tensor_memory:tensor",
+    "tensor_local": "tmem_bench.tensor_memory:tensor_local",
+}
+
+
+def load_attribute(spec: str, kind: str) -> Callable:
+    """The object named by `module:attribute`, or a UsageError saying why it cannot be loaded."""
+    module, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise UsageError(f"cannot load {kind} {spec!r}: {e}") from None
+
 
 class Registry:
-    def __init__(self, kind: str, entry_point_group: str | None = None):
+    def __init__(self, kind: str, builtins: dict[str, str], entry_point_group: str | None = None):
         self.kind = kind
         self.entry_point_group = entry_point_group
-        self._entries: dict[str, Callable] = {}
-        self._loaded_entry_points = False
+        self._specs = dict(builtins)  # name -> "module:attribute", imported on first use
+        self._entry_points: dict[str, metadata.EntryPoint] | None = None
 
-    def register(self, name: str):
-        def decorator(fn):
-            if name in self._entries:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
-            self._entries[name] = fn
-            return fn
-
-        return decorator
-
-    def _load_entry_points(self):
-        if self._loaded_entry_points or self.entry_point_group is None:
-            return
-        self._loaded_entry_points = True
-        for ep in metadata.entry_points(group=self.entry_point_group):
-            if ep.name not in self._entries:
-                self._entries[ep.name] = ep.load()
+    def _plugins(self) -> dict[str, metadata.EntryPoint]:
+        if self._entry_points is None:
+            found = metadata.entry_points(group=self.entry_point_group) if self.entry_point_group else ()
+            self._entry_points = {ep.name: ep for ep in found if ep.name not in self._specs}
+        return self._entry_points
 
     def names(self) -> list[str]:
-        self._load_entry_points()
-        return sorted(self._entries)
+        return sorted([*self._specs, *self._plugins()])
 
     def get(self, name: str) -> Callable:
-        self._load_entry_points()
-        if name in self._entries:
-            return self._entries[name]
+        if name in self._specs:
+            return load_attribute(self._specs[name], self.kind)
+        if name in self._plugins():
+            return self._plugins()[name].load()
         if ":" in name:
-            module, _, attr = name.partition(":")
-            try:
-                return getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as e:
-                raise UsageError(f"cannot load {self.kind} {name!r}: {e}") from None
+            return load_attribute(name, self.kind)
         raise UsageError(
             f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} (or module:attribute)"
         )
 
     def __contains__(self, name: str) -> bool:
-        self._load_entry_points()
-        return name in self._entries
+        return name in self._specs or name in self._plugins()
 
 
-TASKS = Registry("task")
-BACKBONES = Registry("model", entry_point_group="tmem_bench.models")
-
-
-def _load_builtins():
-    # Importing the packages runs their @register decorators.
-    from . import tasks, baselines, tensor_memory  # noqa: F401
+TASKS = Registry("task", BUILTIN_TASKS)
+BACKBONES = Registry("model", BUILTIN_MODELS, entry_point_group="tmem_bench.models")
 
 
 def get_task(name: str, **options):
-    _load_builtins()
     return TASKS.get(name)(**options)
 
 
 def get_backbone(name: str, d_model: int, n_layers: int, n_heads: int, **options):
-    _load_builtins()
     return BACKBONES.get(name)(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options)
 
 
 def task_names() -> list[str]:
-    _load_builtins()
     return TASKS.names()
 
 
 def backbone_names() -> list[str]:
-    _load_builtins()
     return BACKBONES.names()

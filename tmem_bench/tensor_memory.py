@@ -35,17 +35,16 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.baselines.transformer import Block, TransformerConfig, attention_mask
-from tmem_bench.registry import BACKBONES
-
 from . import tm_fast
+from .errors import check_int
+from .transformer import Transformer, TransformerConfig
 
 WRITE_MODES = ("gaussian", "hard")
 COORD_HEADS = ("shared", "separate")
@@ -72,13 +71,11 @@ class TensorMemoryConfig:
 
     def __post_init__(self):
         for name in ("d_model", "channels", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            setattr(self, name, check_int(name, getattr(self, name)))
         grid = (self.grid,) * 3 if isinstance(self.grid, int) else tuple(self.grid)
-        if len(grid) != 3 or any(isinstance(g, bool) or not isinstance(g, int) or g <= 0 for g in grid):
+        if len(grid) != 3:
             raise ValueError(f"grid must be a positive integer or three of them (D, H, W), got {self.grid!r}")
-        self.grid = grid
+        self.grid = tuple(check_int("grid", g) for g in grid)
         if not self.sigma_scale > 0:
             raise ValueError(f"sigma_scale must be positive, got {self.sigma_scale!r}")
         for name, allowed in (("write_mode", WRITE_MODES), ("coord_heads", COORD_HEADS),
@@ -230,7 +227,8 @@ class TensorMemory(nn.Module):
         h0 = state.h.permute(0, 2, 3, 4, 1).contiguous()  # (B, D, H, W, C)
         c0 = state.c.permute(0, 2, 3, 4, 1).contiguous()
         r, hN, cN = tm_fast.scan(
-            cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised, cfg.kernel,
+            cz=cz, uy=uy, ux=ux, bvol=bvol, wz=wz, wy=wy, wx=wx, h0=h0, c0=c0, taps=taps, biases=biases,
+            mix_w=mix_w, mix_b=mix_b, factorised=factorised, kernel=cfg.kernel,
         )  # r (B, N, C): each chunk's read of the state before its own write
         read = self.read_out(r)  # (B, N, d)
         read = read.repeat_interleave(K, dim=1)[:, :S]  # (B, S, d)
@@ -246,15 +244,7 @@ class Memory(Protocol):
 
 
 @dataclass
-class TensorConfig(TransformerConfig):
-    channels: int = 16
-    grid: int | tuple[int, int, int] | list = 6
-    chunk_size: int = 1
-    sigma_scale: float = 1.0
-    write_mode: str = "gaussian"
-    coord_heads: str = "shared"
-    update: str = "factorised"
-    kernel: str = "auto"
+class MemoryTransformerConfig(TransformerConfig):
     gate_init: float = 0.0
     threading: str = "per_layer"
 
@@ -262,17 +252,19 @@ class TensorConfig(TransformerConfig):
         super().__post_init__()
         if self.threading not in THREADINGS:
             raise ValueError(f"threading must be one of {', '.join(THREADINGS)}, got {self.threading!r}")
-        self.memory_config()  # validates the memory settings
-
-    def memory_config(self) -> TensorMemoryConfig:
-        return TensorMemoryConfig(
-            d_model=self.d_model, channels=self.channels, grid=self.grid, chunk_size=self.chunk_size,
-            sigma_scale=self.sigma_scale, write_mode=self.write_mode, coord_heads=self.coord_heads,
-            update=self.update, kernel=self.kernel,
-        )
 
 
-class MemoryTransformer(nn.Module):
+@dataclass
+class TensorConfig(MemoryTransformerConfig):
+    memory: TensorMemoryConfig = field(default_factory=TensorMemoryConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.memory.d_model != self.d_model:
+            raise ValueError(f"the memory's d_model {self.memory.d_model} differs from the model's {self.d_model}")
+
+
+class MemoryTransformer(Transformer):
     """Pre-norm transformer blocks, each followed by a gated read of one shared Memory.
 
     threading "per_layer": every layer's scan starts from the memory's initial state,
@@ -281,32 +273,23 @@ class MemoryTransformer(nn.Module):
     can then read what later tokens wrote (the causality probe flags it).
     """
 
-    def __init__(self, config: TransformerConfig, memory: nn.Module, threading: str = "per_layer",
-                 gate_init: float = 0.0):
-        super().__init__()
-        if threading not in THREADINGS:
-            raise ValueError(f"threading must be one of {', '.join(THREADINGS)}, got {threading!r}")
-        self.config = config
-        self.threading = threading
-        self.blocks = nn.ModuleList(
-            Block(config.d_model, config.n_heads, config.dropout, config.mlp_ratio) for _ in range(config.n_layers)
-        )
+    def __init__(self, config: MemoryTransformerConfig, memory: nn.Module):
+        super().__init__(config)
         self.memory = memory
         self.mem_norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(config.n_layers))
-        self.gammas = nn.Parameter(torch.full((config.n_layers,), float(gate_init)))
+        self.gammas = nn.Parameter(torch.full((config.n_layers,), float(config.gate_init)))
         self.mem_dropout = nn.Dropout(config.dropout)
-        self.ln_f = nn.LayerNorm(config.d_model)
         self._memory_off = False
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
-        mask = attention_mask(x.shape[1], x.device, blocked, self.config.window)
+        mask = self.mask(x.shape[1], x.device, blocked)
         gates = torch.sigmoid(self.gammas)
         state = None
         for layer, block in enumerate(self.blocks):
             x = block(x, mask)  # (B, S, d)
             if self._memory_off:
                 continue
-            start = state if self.threading == "reference" and state is not None else self.memory.init_state(x.shape[0])
+            start = state if self.config.threading == "reference" and state is not None else self.memory.init_state(x.shape[0])
             read, state = self.memory(self.mem_norms[layer](x), start)
             x = x + gates[layer] * self.mem_dropout(read)
         return self.ln_f(x)
@@ -325,22 +308,20 @@ class MemoryTransformer(nn.Module):
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens at inference: the KV cache plus one memory state per layer."""
-        kept = seq_len if self.config.window is None else min(seq_len, self.config.window)
-        kv = 2 * self.config.n_layers * kept * self.config.d_model * bytes_per_element
         memory = self.memory.state_size(bytes_per_element) if hasattr(self.memory, "state_size") else 0
-        return kv + self.config.n_layers * memory
+        return self.kv_cache_size(seq_len, bytes_per_element) + self.config.n_layers * memory
 
 
-def build_tensor(config: TensorConfig) -> MemoryTransformer:
-    return MemoryTransformer(config, TensorMemory(config.memory_config()), config.threading, config.gate_init)
+_MEMORY_FIELDS = {f.name for f in fields(TensorMemoryConfig)} - {"d_model"}
 
 
-@BACKBONES.register("tensor")
 def tensor(d_model: int, n_layers: int, n_heads: int, **options) -> MemoryTransformer:
-    return build_tensor(TensorConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+    """`options`: the transformer's and the memory's config fields, side by side (channels=, grid=, kernel=, ...)."""
+    memory = {k: options.pop(k) for k in list(options) if k in _MEMORY_FIELDS}
+    config = TensorConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                          memory=TensorMemoryConfig(d_model=d_model, **memory), **options)
+    return MemoryTransformer(config, TensorMemory(config.memory))
 
 
-@BACKBONES.register("tensor_local")
-def tensor_local(d_model: int, n_layers: int, n_heads: int, **options) -> MemoryTransformer:
-    options.setdefault("window", 8)
-    return build_tensor(TensorConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+def tensor_local(d_model: int, n_layers: int, n_heads: int, window: int = 8, **options) -> MemoryTransformer:
+    return tensor(d_model, n_layers, n_heads, window=window, **options)

@@ -13,7 +13,7 @@ from .model import TaskModel
 from .plan import Cell
 from .probe import causality_probe
 from .registry import get_backbone, get_task
-from .tasks.base import Batch, level_key, split_batch
+from .task import Batch, level_key, split_batch
 
 EVAL_BATCH = 512
 

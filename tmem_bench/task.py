@@ -14,7 +14,7 @@ import zlib
 import torch
 import torch.nn as nn
 
-from tmem_bench.errors import UsageError
+from .errors import UsageError
 
 Batch = dict[str, torch.Tensor]
 Level = dict[str, float | int]
@@ -105,15 +105,3 @@ class Task:
         generator = torch.Generator().manual_seed(self.eval_seed(level))
         batch = self.sample(level, size, generator)
         return batch, fingerprint(batch)
-
-
-def check_int(axis: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not float(value).is_integer() or int(value) < minimum:
-        raise UsageError(f"{axis} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_float(axis: str, value, minimum: float = 0.0, maximum: float = float("inf")) -> float:
-    if isinstance(value, bool) or not minimum <= float(value) <= maximum:
-        raise UsageError(f"{axis} must be a number in [{minimum}, {maximum}], got {value!r}")
-    return float(value)

@@ -1,0 +1,110 @@
+"""The shape of the codebase: no import cycles, small modules, foundations in the core.
+
+Imports are read from the source (every `import`, at the top of a module or inside a
+function: a lazy import is still a dependency), so the checks need no import to run.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Where each part of the installed package lives in the repository (pyproject's package-dir).
+PACKAGE_DIRS = {"tmem_bench": ROOT / "tmem_bench", "tmem_bench.tasks": ROOT / "tasks",
+                "tmem_bench.baselines": ROOT / "baselines"}
+MAX_LINES = 500
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in PACKAGE_DIRS.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of the package that module `name` imports."""
+    is_package = path.name == "__init__.py"
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module
+            # `from pkg import x` imports pkg, and pkg.x too where x is a module.
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports(name, path, set(found)) for name, path in found.items()}
+
+
+def test_no_import_cycle_between_modules():
+    assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
+
+
+def test_the_cycle_finder_can_fail():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_module_is_small(name):
+    lines = len(modules()[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines; split it by concern"
+
+
+def test_implementations_do_not_import_the_registry():
+    """Built-ins are named by the registry's catalogue; a task or model that imported the
+    registry would make the two import each other."""
+    graph = import_graph()
+    plugins = [m for m in graph if m.startswith(("tmem_bench.tasks.", "tmem_bench.baselines."))]
+    assert plugins
+    for name in [*plugins, "tmem_bench.tensor_memory"]:
+        assert "tmem_bench.registry" not in graph[name], name
+
+
+def test_the_core_does_not_import_plugins():
+    """The task contract and the transformer every model is built from live in the core."""
+    graph = import_graph()
+    for name in ("tmem_bench.task", "tmem_bench.transformer", "tmem_bench.tensor_memory", "tmem_bench.model"):
+        assert not any(m.startswith(("tmem_bench.tasks", "tmem_bench.baselines")) for m in graph[name]), name
