@@ -1,9 +1,13 @@
 """Tensor Memory: the fast path against its naive twin, causality, gates, settings."""
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import shutil
 import sysconfig
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +21,7 @@ from tmem_bench.registry import get_backbone
 from tmem_bench.tensor_memory import MemoryState, TensorMemory, TensorMemoryConfig
 
 TOL = 1e-5
-# The two pure-PyTorch scans and the C one; the compiled step is a slow test below.
+# Eager PyTorch and the C scan; the compiled step, slow to compile, at one small size below.
 KERNELS = ["eager", "native"]
 
 
@@ -29,16 +33,19 @@ def c_compiler() -> str | None:
 
 @pytest.fixture(autouse=True)
 def _native_built(request):
-    """A native-kernel test fails where the extension is missing although a C compiler
-    is there to build it (`pip install -e .`); without a compiler, or with
+    """A native-kernel test fails where the extension is missing or stale although a C
+    compiler is there to build it (`pip install -e .`); without a compiler, or with
     TMEM_BENCH_NO_NATIVE=1, it is skipped and the fallback tests below still run."""
     kernel = getattr(request.node, "callspec", None) and request.node.callspec.params.get("kernel")
-    if kernel == "native" and tm_fast.native_library() is None:
+    if kernel != "native":
+        return
+    library, why = tm_fast._native_status()
+    if library is None:
         if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
             pytest.skip("TMEM_BENCH_NO_NATIVE is set")
         if c_compiler() is None:
             pytest.skip("no C compiler here, so no native extension")
-        pytest.fail("the native Tensor Memory extension is not built (pip install -e . with a C compiler)")
+        pytest.fail(f"the native Tensor Memory kernel {why}")
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -92,6 +99,16 @@ MEMORY_CASES = [
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("case", MEMORY_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_memory_matches_naive_twin(case, kernel):
+    check_memory_against_naive_twin(case, kernel)
+
+
+def test_compiled_matches_naive_twin():
+    """The torch.compile'd step (inductor) at one small shape: one compilation of each step."""
+    check_memory_against_naive_twin(dict(batch=3, seq=5, chunk_size=2, grid=(2, 3, 4)), "compiled")
+
+
+def check_memory_against_naive_twin(case, kernel):
+    """Reads, final state and the gradients of the input, the initial state and every weight."""
     case = dict(case)
     B, S = case.pop("batch"), case.pop("seq")
     torch.manual_seed(0)
@@ -225,20 +242,23 @@ def _output_and_grads(model, x):
     return [y, *grads(y.square().sum(), list(model.parameters()))]
 
 
+SCAN_INPUTS = ["cz", "uy", "ux", "bvol", "wz", "wy", "wx", "h0", "c0", "taps", "biases", "mix_w", "mix_b"]
+
+
 @pytest.mark.parametrize("kernel", ["native"])
 def test_native_is_thread_count_independent(kernel):
     """Each sequence is one task with its own gradient sums, reduced in a fixed order:
     the scan's outputs and gradients do not depend on how many threads ran it."""
     g = torch.Generator().manual_seed(5)
     N, B, (D, H, W), C = 6, 7, (3, 4, 5), 8
-    inputs = [0.5 * torch.randn(shape, generator=g) for shape in (
+    inputs = [0.5 * torch.randn(shape, generator=g) for shape in (  # in SCAN_INPUTS' order
         (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
         (B, D, H, W, C), (B, D, H, W, C), (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
     runs = []
     for threads in (1, 2, 3):
         torch.set_num_threads(threads)
         xs = [t.clone().requires_grad_() for t in inputs]
-        outs = tm_fast.scan(*xs, True, "native")
+        outs = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel="native")
         loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
         runs.append([*outs, *grads(loss, xs)])
     for run in runs[1:]:
@@ -289,7 +309,12 @@ def test_without_the_extension_auto_falls_back(monkeypatch):
     auto = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, grid=4, kernel="auto"))
     perturb(auto)
     with_extension = auto(x)[0]
-    monkeypatch.setattr(tm_fast, "_native", [None])
+    monkeypatch.setattr(tm_fast, "_native", [])
+
+    def missing():
+        raise ImportError("no _scan")
+
+    monkeypatch.setattr(tm_fast, "_open_native", missing)
     monkeypatch.setenv("TMEM_BENCH_NO_COMPILE", "1")
     assert tm_fast.resolve_kernel("auto", x) == "auto"
     fallback = auto(x)[0]
@@ -297,6 +322,49 @@ def test_without_the_extension_auto_falls_back(monkeypatch):
     auto.config.kernel = "native"
     with pytest.raises(RuntimeError, match="not built"):
         auto(x)
+
+
+@pytest.mark.parametrize("stale", ["older version", "no version"])
+def test_stale_extension_is_refused(monkeypatch, stale):
+    """A build whose interface version is not tm_fast's (or that has none) is never called:
+    `auto` warns once and takes the PyTorch scan, `native` says why it cannot run."""
+    found = tm_fast.INTERFACE_VERSION - 1 if stale == "older version" else None
+    library = types.SimpleNamespace()  # a stand-in for the ctypes library: nothing else is looked up
+    if found is not None:
+        library.tm_interface_version = lambda: found
+    monkeypatch.setattr(tm_fast, "_open_native", lambda: library)
+    monkeypatch.setattr(tm_fast, "_native", [])
+    monkeypatch.delenv("TMEM_BENCH_NO_NATIVE", raising=False)
+    expected = f"interface version {found}, tm_fast expects {tm_fast.INTERFACE_VERSION}"
+    x = torch.randn(2, 3)
+    with pytest.warns(UserWarning, match=re.escape(expected)):
+        assert tm_fast.resolve_kernel("auto", x) == "auto"
+    assert tm_fast.native_library() is None
+    with pytest.raises(RuntimeError, match=re.escape(expected)):
+        tm_fast.resolve_kernel("native", x)
+
+
+def test_native_signatures_match_scan_c():
+    """tm_fast's argument lists and interface version are those of _scan.c, argument for argument."""
+    source = (Path(__file__).resolve().parents[1] / "tmem_bench" / "_scan.c").read_text()
+    version = re.search(r"^#define TM_INTERFACE_VERSION (\d+)$", source, re.M)
+    assert version and int(version.group(1)) == tm_fast.INTERFACE_VERSION
+    ctype_of = {"int ": ctypes.c_int, "float *": tm_fast._FLOATS}
+    for name, signature in tm_fast.NATIVE_SIGNATURES.items():
+        params = re.search(rf"^int {name}\(([^)]*)\) {{", source, re.M).group(1)
+        declared = [re.fullmatch(r"(?:const )?(int |float \*)(\w+)", " ".join(p.split())).groups()
+                    for p in params.split(",")]
+        assert [(arg, ctype_of[t]) for t, arg in declared] == signature, name
+
+
+def test_native_call_takes_every_argument_by_name():
+    with pytest.raises(TypeError, match=r"missing arguments \['N',.*unknown arguments \['Q'\]"):
+        tm_fast._native_call("tm_forward", B=1, Q=2)
+    args = {arg: 1 if ctype is ctypes.c_int else torch.zeros(2) for arg, ctype in tm_fast.NATIVE_SIGNATURES["tm_forward"]}
+    with pytest.raises(ValueError, match="h0 must be contiguous float32"):
+        tm_fast._native_call("tm_forward", **{**args, "h0": torch.zeros(2, dtype=torch.float64)})
+    with pytest.raises(ValueError, match="c0 must be contiguous float32"):
+        tm_fast._native_call("tm_forward", **{**args, "c0": torch.zeros(2, 2).t()})
 
 
 def test_native_is_float32_cpu_only():
@@ -367,8 +435,9 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
 
 
 @pytest.mark.slow
-def test_compiled_matches_naive_twin():
-    """The torch.compile'd step (inductor) against the naive twin; compiles once (minutes on a busy CPU)."""
+def test_compiled_backbone_matches_naive_twin():
+    """The torch.compile'd step in a backbone at two batch sizes (the batch is compiled as
+    dynamic); compiles once (minutes on a busy CPU)."""
     model = get_backbone("tensor", 16, 2, 2, dropout=0.0, channels=4, grid=(3, 4, 5), chunk_size=2, kernel="compiled")
     perturb(model, scale=0.1)
     naive = naive_twin(model)

@@ -4,8 +4,9 @@
  *
  * The same computation as tm_fast.forward_step / backward_step (see there for the
  * maths); tests/test_tensor_memory.py holds both to the naive twin. Python calls
- * these through ctypes; the module init below exists only so that setuptools can
- * build the file as an ordinary (optional) extension of the package.
+ * these through ctypes, by the argument names of tm_fast.NATIVE_SIGNATURES, which
+ * must list them as declared here; the module init below exists only so that
+ * setuptools can build the file as an ordinary (optional) extension of the package.
  *
  * Layouts, all float32 and contiguous, P = D*H*W voxels, C channels, each step
  * of each sequence at index (b, n):
@@ -436,6 +437,13 @@ static float *alloc(size_t n) {
     void *p = NULL;
     return posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) ? NULL : (float *)p;
 }
+
+/* tm_fast.py refuses a build whose interface version is not its own INTERFACE_VERSION:
+ * ctypes cannot see a signature, so a stale build would otherwise read its arguments
+ * from the wrong places. Bump it with every change to a signature below. */
+#define TM_INTERFACE_VERSION 1
+
+int tm_interface_version(void) { return TM_INTERFACE_VERSION; }
 
 int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nthreads,
                const float *cz, const float *uy, const float *ux, const float *bvol, const float *wz,

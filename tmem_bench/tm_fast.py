@@ -22,7 +22,8 @@ sequence's recurrence kept in cache from its first step to its last, every volum
 formed from its factors in C. Wherever the
 extension is not built (no C compiler, no OpenMP, an uninstalled checkout), or is
 switched off with TMEM_BENCH_NO_NATIVE=1, "auto" takes the compiled step, and
-eager PyTorch where compilation fails.
+eager PyTorch where compilation fails. A stale build (its interface version is not
+INTERFACE_VERSION) is never called: "auto" warns and falls back the same way.
 """
 from __future__ import annotations
 
@@ -151,26 +152,84 @@ def compiled_available() -> bool:
     return not _compile_failed and os.environ.get("TMEM_BENCH_NO_COMPILE", "") in ("", "0")
 
 
-_native: list = []  # [library or None], loaded on first use
+# The C functions' arguments in `_scan.c`'s order, each by its name there; calls pass
+# them by name (`_native_call`), so this list is the one place that knows the order.
+_INT, _FLOATS = ctypes.c_int, ctypes.POINTER(ctypes.c_float)
+_SIZES = [(name, _INT) for name in ("B", "N", "D", "H", "W", "C", "factorised", "nthreads")]
+_WEIGHTS = ["cz", "uy", "ux", "bvol", "wz", "wy", "wx"]
+NATIVE_SIGNATURES = {
+    "tm_forward": _SIZES + [(name, _FLOATS) for name in (
+        *_WEIGHTS, "h0", "c0", "taps", "biases", "mix_w", "mix_b",
+        "reads", "hN", "cN", "hs", "cs", "gs")],
+    "tm_backward": _SIZES + [(name, _FLOATS) for name in (
+        *_WEIGHTS, "taps", "biases", "mix_w", "hs", "cs", "gs", "d_reads", "d_hN", "d_cN",
+        "d_cz", "d_uy", "d_ux", "d_wz", "d_wy", "d_wx", "d_h0", "d_c0", "gparts", "gsum")],
+}
+# Must equal TM_INTERFACE_VERSION in _scan.c; bump both with every change to a signature.
+INTERFACE_VERSION = 1
+
+_native: list = []  # [library or None, why it is None], loaded on first use
+
+
+def _open_native():
+    from tmem_bench import _scan
+    return ctypes.CDLL(_scan.__file__)
+
+
+def _load_native() -> tuple[object, str]:
+    """The extension with its functions' signatures declared, or None and why not."""
+    try:
+        lib = _open_native()
+    except (ImportError, OSError):
+        return None, "is not built here (reinstall with a C compiler that supports OpenMP)"
+    try:
+        version_of = lib.tm_interface_version
+    except AttributeError:  # a build from before interface versions
+        found = None
+    else:
+        version_of.argtypes, version_of.restype = [], ctypes.c_int
+        found = version_of()
+    if found != INTERFACE_VERSION:
+        why = (f"is a stale build: interface version {found}, tm_fast expects {INTERFACE_VERSION} "
+               "(rebuild it: pip install -e .)")
+        warnings.warn(f"the native Tensor Memory kernel {why}; using the PyTorch scan")
+        return None, why
+    for name, signature in NATIVE_SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [ctype for _, ctype in signature], ctypes.c_int
+    return lib, ""
+
+
+def _native_status() -> tuple[object, str]:
+    if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
+        return None, "is switched off (TMEM_BENCH_NO_NATIVE)"
+    if not _native:
+        _native.extend(_load_native())
+    return _native[0], _native[1]
 
 
 def native_library():
     """The ctypes handle of the built `_scan` extension, or None where it is unavailable."""
-    if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
-        return None
-    if not _native:
-        try:
-            from tmem_bench import _scan
-            lib = ctypes.CDLL(_scan.__file__)
-        except (ImportError, OSError):
-            lib = None
-        if lib is not None:
-            ptr, i = ctypes.c_void_p, ctypes.c_int
-            lib.tm_forward.argtypes = [i] * 8 + [ptr] * 19
-            lib.tm_backward.argtypes = [i] * 8 + [ptr] * 26
-            lib.tm_forward.restype = lib.tm_backward.restype = i
-        _native.append(lib)
-    return _native[0]
+    return _native_status()[0]
+
+
+def _native_call(name: str, **args) -> int:
+    """Call `name` of the extension with every argument of NATIVE_SIGNATURES[name], by name;
+    tensors (float32, contiguous) go as pointers, None as NULL."""
+    signature = NATIVE_SIGNATURES[name]
+    missing = [arg for arg, _ in signature if arg not in args]
+    unknown = sorted(set(args) - {arg for arg, _ in signature})
+    if missing or unknown:
+        raise TypeError(f"{name}: missing arguments {missing}, unknown arguments {unknown}")
+    values = []
+    for arg, ctype in signature:
+        value = args[arg]
+        if ctype is _FLOATS and value is not None:
+            if value.dtype != torch.float32 or not value.is_contiguous():
+                raise ValueError(f"{name}: {arg} must be contiguous float32, got {value.dtype} {tuple(value.stride())}")
+            value = ctypes.cast(value.data_ptr(), _FLOATS)
+        values.append(value)
+    return getattr(native_library(), name)(*values)
 
 
 def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
@@ -181,17 +240,13 @@ def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
         if not native_ok:
             found = sorted({f"{t.dtype} on {t.device}" for t in tensors})
             raise RuntimeError(f"the native Tensor Memory kernel runs float32 on CPU only, got {', '.join(found)}")
-        if native_library() is None:
-            raise RuntimeError("the native Tensor Memory kernel is not built here (reinstall with a C compiler "
-                               "that supports OpenMP) or is off (TMEM_BENCH_NO_NATIVE); use kernel auto, compiled or eager")
+        lib, why = _native_status()
+        if lib is None:
+            raise RuntimeError(f"the native Tensor Memory kernel {why}; use kernel auto, compiled or eager")
         return "native"
     if kernel == "auto" and native_ok and native_library() is not None:
         return "native"
     return kernel
-
-
-def _ptr(t: torch.Tensor | None):
-    return None if t is None else t.data_ptr()
 
 
 # The native scan saves each step's state and gates for the backward: about 250 MB
@@ -218,9 +273,8 @@ def _release(tensors) -> None:
 
 class NativeScan(torch.autograd.Function):
     """The same scan as TensorMemoryScan through `_scan.c`, on the write and read
-    weights' 1D factors (formed into volumes inside C, never in memory), batch first:
-    cz (B, N, D, C), uy (B, N, H, C), ux (B, N, W, C), wz / wy / wx (B, N, D / H / W)
-    -> reads (B, N, C), (h_N, c_N)."""
+    weights' 1D factors (formed into volumes inside C, never in memory), batch first;
+    the arguments are those of `scan`, in its order."""
 
     @staticmethod
     def forward(ctx, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool):
@@ -228,49 +282,53 @@ class NativeScan(torch.autograd.Function):
         H, W = uy.shape[2], ux.shape[2]
         P = D * H * W
         keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
-        reads = h0.new_empty((B, N, C))
-        hN, cN = torch.empty_like(h0), torch.empty_like(c0)
-        saved = [_buffer((B, N, P, C)), _buffer((B, N, P, C)), _buffer((B, N, P, 4 * C))] if keep else [None] * 3
-        ins = [t.contiguous() for t in (cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)]
-        status = native_library().tm_forward(
-            B, N, D, H, W, C, int(factorised), torch.get_num_threads(),
-            *(_ptr(t) for t in ins), _ptr(reads), _ptr(hN), _ptr(cN), *(_ptr(t) for t in saved))
+        ins = dict(cz=cz, uy=uy, ux=ux, bvol=bvol, wz=wz, wy=wy, wx=wx, h0=h0, c0=c0, taps=taps, biases=biases,
+                   mix_w=mix_w, mix_b=mix_b)
+        ins = {name: t.contiguous() for name, t in ins.items()}
+        outs = dict(reads=h0.new_empty((B, N, C)), hN=torch.empty_like(ins["h0"]), cN=torch.empty_like(ins["c0"]))
+        # Each step's input state and activated gates, for the backward.
+        shapes = dict(hs=(B, N, P, C), cs=(B, N, P, C), gs=(B, N, P, 4 * C))
+        steps = {name: _buffer(shape) if keep else None for name, shape in shapes.items()}
+        status = _native_call("tm_forward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(factorised),
+                              nthreads=torch.get_num_threads(), **ins, **outs, **steps)
         if status:
             raise MemoryError("the native Tensor Memory forward could not allocate its buffers")
         if keep:
-            ctx.save_for_backward(*ins[:7], *ins[9:12], *saved)
+            ctx.saved_names = [*_WEIGHTS, "taps", "biases", "mix_w", *steps]
+            tensors = {**ins, **steps}
+            ctx.save_for_backward(*(tensors[name] for name in ctx.saved_names))
         ctx.factorised, ctx.released = factorised, False
         ctx.set_materialize_grads(False)  # an unused final state arrives as None, not as a volume of zeros
-        return reads, hN, cN
+        return outs["reads"], outs["hN"], outs["cN"]
 
     @staticmethod
     def backward(ctx, d_reads, d_hN, d_cN):
         if ctx.released:
             raise RuntimeError("the native Tensor Memory scan recycles its saved states after one backward; "
                                "use kernel='compiled' or 'eager' to backward through it twice")
-        cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, *saved = ctx.saved_tensors
-        B, N, D, C = cz.shape
-        H, W = uy.shape[2], ux.shape[2]
-        grads_in = [torch.empty_like(t) for t in (cz, uy, ux, wz, wy, wx)]
-        d_h0, d_c0 = (cz.new_empty((B, D, H, W, C)) if want else None for want in ctx.needs_input_grad[7:9])
+        saved = dict(zip(ctx.saved_names, ctx.saved_tensors))
+        B, N, D, C = saved["cz"].shape
+        H, W = saved["uy"].shape[2], saved["ux"].shape[2]
+        grads = {f"d_{name}": torch.empty_like(saved[name]) for name in ("cz", "uy", "ux", "wz", "wy", "wx")}
+        grads["d_h0"], grads["d_c0"] = (saved["cz"].new_empty((B, D, H, W, C)) if want else None
+                                        for want in ctx.needs_input_grad[7:9])
         sizes = [2 * C * 4 * C, 4 * C, H * W * C, 9 * C, 3 * C]
-        parts, total = _buffer((B, sum(sizes))), cz.new_empty(sum(sizes))
-        d_reads = cz.new_zeros((B, N, C)) if d_reads is None else d_reads.contiguous()
-        d_state = [None if t is None else t.contiguous() for t in (d_hN, d_cN)]
-        status = native_library().tm_backward(
-            B, N, D, H, W, C, int(ctx.factorised), torch.get_num_threads(),
-            *(_ptr(t) for t in (cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, *saved, d_reads, *d_state)),
-            *(_ptr(t) for t in (*grads_in, d_h0, d_c0, parts, total)))
+        gparts, gsum = _buffer((B, sum(sizes))), saved["cz"].new_empty(sum(sizes))
+        d_reads = saved["cz"].new_zeros((B, N, C)) if d_reads is None else d_reads.contiguous()
+        d_hN, d_cN = (None if t is None else t.contiguous() for t in (d_hN, d_cN))
+        status = _native_call("tm_backward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(ctx.factorised),
+                              nthreads=torch.get_num_threads(), **saved, d_reads=d_reads, d_hN=d_hN, d_cN=d_cN,
+                              **grads, gparts=gparts, gsum=gsum)
         ctx.released = True
-        _release([*saved, parts])
+        _release([saved["hs"], saved["cs"], saved["gs"], gparts])
         if status:
             raise MemoryError("the native Tensor Memory backward could not allocate its buffers")
         # Weight gradients are summed in two stages, over each sequence's steps and then
         # over sequences, both in C in an order that does not depend on the threads.
-        d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = total.split(sizes)
-        d_cz, d_uy, d_ux, d_wz, d_wy, d_wx = grads_in
-        return (d_cz, d_uy, d_ux, d_bvol.view(H, W, C), d_wz, d_wy, d_wx, d_h0, d_c0, d_taps.view(3, 3, C),
-                d_biases.view(3, C), d_mix_w.view(2 * C, 4 * C), d_mix_b, None)
+        d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = gsum.split(sizes)
+        return (grads["d_cz"], grads["d_uy"], grads["d_ux"], d_bvol.view(H, W, C), grads["d_wz"], grads["d_wy"],
+                grads["d_wx"], grads["d_h0"], grads["d_c0"], d_taps.view(3, 3, C), d_biases.view(3, C),
+                d_mix_w.view(2 * C, 4 * C), d_mix_b, None)
 
 
 def _step_functions(kernel: str):
@@ -370,14 +428,62 @@ class TensorMemoryScan(torch.autograd.Function):
         return d_cyz, d_ux, d_bvol, d_w3, d_h0, d_c0, d_taps, d_biases, d_mix_w, d_mix_b, None, None
 
 
-def scan(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str = "auto"):
-    """Reads (B, N, C) and final (h, c) of a scan given, per sequence and step, the
-    write volume's factors cz (B, N, D, C), uy (B, N, H, C), ux (B, N, W, C) (the
-    volume is cz[d] * uy[h] * ux[w] + bvol[h, w]) and the read weights' factors
-    wz, wy, wx (B, N, D / H / W) (the weight of cell (d, h, w) is wz[d] wy[h] wx[w])."""
-    kernel = resolve_kernel(kernel, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)
+def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Tensor, wz: torch.Tensor,
+         wy: torch.Tensor, wx: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, taps: torch.Tensor,
+         biases: torch.Tensor, mix_w: torch.Tensor, mix_b: torch.Tensor, factorised: bool,
+         kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Tensor Memory recurrence over N steps: each step reads the state at its read
+    point, then writes its volume through the gated update.
+
+    Args:
+        cz (torch.Tensor):
+            the write volume's D factor, of shape `[B, N, D, C]`: step n writes
+            `cz[d] * uy[h] * ux[w] + bvol[h, w]` into cell (d, h, w), the write already
+            through the convs' write half where factorised.
+        uy (torch.Tensor):
+            the write volume's H factor, of shape `[B, N, H, C]`.
+        ux (torch.Tensor):
+            the write volume's W factor, of shape `[B, N, W, C]`.
+        bvol (torch.Tensor):
+            the write volume's part from the convs' biases, of shape `[H, W, C]`.
+        wz (torch.Tensor):
+            the read weights' D factor, of shape `[B, N, D]`; cell (d, h, w) weighs
+            `wz[d] * wy[h] * wx[w]`.
+        wy (torch.Tensor):
+            the read weights' H factor, of shape `[B, N, H]`.
+        wx (torch.Tensor):
+            the read weights' W factor, of shape `[B, N, W]`.
+        h0 (torch.Tensor):
+            the initial hidden state, channel-last, of shape `[B, D, H, W, C]`.
+        c0 (torch.Tensor):
+            the initial cell state, of shape `[B, D, H, W, C]`.
+        taps (torch.Tensor):
+            the state's depthwise 3-tap convs along D, H, W, of shape `[3, 3, C]`
+            (axis, tap, channel).
+        biases (torch.Tensor):
+            those convs' biases, of shape `[3, C]`.
+        mix_w (torch.Tensor):
+            the pointwise mix from [write, state] to the gates (i, f, o, g), of shape `[2C, 4C]`.
+        mix_b (torch.Tensor):
+            the mix's bias, of shape `[4C]`.
+        factorised (bool):
+            whether the state goes through the three convs (taps, biases) before the mix;
+            if False they are unused.
+        kernel (str):
+            "native" (`_scan.c`, float32 on CPU), "compiled" (torch.compile'd step),
+            "eager", or "auto" (native where it can run, else compiled, else eager).
+            Default: "auto".
+
+    Returns:
+        reads (torch.Tensor):
+            each step's read of the state before its own write, of shape `[B, N, C]`.
+        hN, cN (torch.Tensor):
+            the final hidden and cell states, of shape `[B, D, H, W, C]`.
+    """
+    args = (cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)
+    kernel = resolve_kernel(kernel, *args)
     if kernel == "native":
-        return NativeScan.apply(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised)
+        return NativeScan.apply(*args, factorised)
     cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
     w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
     reads, hN, cN = TensorMemoryScan.apply(
