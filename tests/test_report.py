@@ -9,10 +9,9 @@ import pytest
 
 from tmem_bench import load_results
 from tmem_bench.report import (
-    INCONCLUSIVE, REFUTED, SUPPORTED, accuracy_figure, bootstrap_ci, bootstrap_diff_ci, check_claims,
-    claim_coordinate_binding, claim_map_building, claim_no_harm, claim_occlusion, claim_saturation, compare,
-    curve_data, generalisation_view, load_run, no_harm_verdict, summary_frame, summary_table, training_view,
-    write_report, _Style,
+    INCONCLUSIVE, REFUTED, RULES, SUPPORTED, Style, accuracy_figure, bootstrap_ci, bootstrap_diff_ci, check_claim,
+    check_claims, compare, curve_data, generalisation_view, load_claims, load_run, no_harm_verdict, summary_frame,
+    summary_table, training_view, write_report,
 )
 from tmem_bench.results import write_json
 
@@ -21,6 +20,14 @@ AXES = {"coordinate_binding": ("n_writes", "noise"), "occlusion": ("occlusion_le
         "map_building": ("horizon",), "no_harm": ()}
 CHANCE = {"coordinate_binding": 1 / 32, "occlusion": 0.25, "map_building": 0.5, "no_harm": 1 / 16}
 GATE_INIT = {"layer0": 0.5, "layer1": 0.5}
+MARGIN = 0.05  # claims.toml's margin
+
+
+def options_of(variant: str) -> dict:
+    """The task options a variant label stands for (the planner names a variant by its changed options)."""
+    if variant == "standard":
+        return {}
+    return {k: json.loads(v.lower()) for k, v in (part.split("=") for part in variant.split(","))}
 
 
 class RunBuilder:
@@ -31,8 +38,9 @@ class RunBuilder:
         self.ids = []
 
     def cell(self, task, model, seed, train_level, accuracies, variant="standard", memory_off=None, gates=None,
-             probe="causal", steps_per_s=None, ceiling=1.0):
-        """accuracies: {level tuple: accuracy}; memory_off likewise; gates: final {layer: value}."""
+             probe="causal", steps_per_s=None, ceiling=1.0, task_options=None):
+        """accuracies: {level tuple: accuracy}; memory_off likewise; gates: final {layer: value};
+        task_options: those the variant label stands for unless given."""
         axes = AXES[task]
         cell_id = f"{task}-{variant}-{model}-{seed}-{'_'.join(map(str, train_level))}"
         cell_id = cell_id.replace("=", "").replace(".", "p")
@@ -55,7 +63,8 @@ class RunBuilder:
             })
         result = {
             "schema": 1, "cell_id": cell_id,
-            "cell": {"task": task, "task_options": {}, "variant": variant, "train_level": dict(zip(axes, train_level)),
+            "cell": {"task": task, "task_options": options_of(variant) if task_options is None else task_options,
+                     "variant": variant, "train_level": dict(zip(axes, train_level)),
                      "eval_levels": [e["level"] for e in evals], "model": model, "label": model,
                      "model_options": {"d_model": 64, "n_layers": 2, "n_heads": 4}, "seed": seed,
                      "train": {"steps": 150, "batch_size": 64, "lr": 3e-4, "weight_decay": 0.01, "grad_clip": 1.0,
@@ -70,11 +79,14 @@ class RunBuilder:
         self.ids.append(cell_id)
         return cell_id
 
-    def manifest(self, extra_ids=()):
+    def manifest(self, extra=(), described=True):
+        """extra: planned cells that were never written, as (id, description); described=False writes
+        the bare ids of manifests from before descriptions were stored."""
+        planned = [(cid, f"described {cid}") for cid in self.ids] + list(extra)
         write_json(self.run_dir / "manifest.json", {
             "tmem_bench_version": "0.1.0", "torch_version": "test", "command": ["tmem-bench", "run", "all"],
             "device": "cpu", "started": "2026-01-01T00:00:00+00:00", "settings": {},
-            "cells": self.ids + list(extra_ids),
+            "cells": [{"id": cid, "describe": d} for cid, d in planned] if described else [cid for cid, _ in planned],
         })
 
 
@@ -151,10 +163,11 @@ def test_bootstrap_interval_on_known_samples():
 
 
 def test_compare_and_combine_rules():
-    assert compare([0.80, 0.82, 0.81], [0.10, 0.12, 0.11])["verdict"] == SUPPORTED
-    assert compare([0.50, 0.52, 0.51], [0.50, 0.49, 0.52])["verdict"] == REFUTED
-    assert compare([0.2, 0.9, 0.5], [0.45, 0.5, 0.55])["verdict"] == INCONCLUSIVE  # interval straddles the margin
-    assert compare([0.6], [0.5])["verdict"] == SUPPORTED and compare([0.52], [0.5])["verdict"] == REFUTED
+    assert compare([0.80, 0.82, 0.81], [0.10, 0.12, 0.11], MARGIN)["verdict"] == SUPPORTED
+    assert compare([0.50, 0.52, 0.51], [0.50, 0.49, 0.52], MARGIN)["verdict"] == REFUTED
+    assert compare([0.2, 0.9, 0.5], [0.45, 0.5, 0.55], MARGIN)["verdict"] == INCONCLUSIVE  # straddles the margin
+    assert compare([0.6], [0.5], MARGIN)["verdict"] == SUPPORTED
+    assert compare([0.52], [0.5], MARGIN)["verdict"] == REFUTED
 
 
 def test_accuracy_figure_plots_the_seed_means_and_intervals(report, tmp_path):
@@ -174,7 +187,7 @@ def test_accuracy_figure_plots_the_seed_means_and_intervals(report, tmp_path):
     # The same numbers are what the figure draws.
     data = load_run(report.path.parent)
     curves = curve_data(training_view(data, "coordinate_binding", {"noise": 0.0}), "n_writes")
-    fig, _ = accuracy_figure([{"title": "t", "curves": curves}], "n_writes", "t", _Style(data.table))
+    fig, _ = accuracy_figure([{"title": "t", "curves": curves}], "n_writes", "t", Style(data.table))
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert list(lines["tensor"].get_ydata()) == pytest.approx([np.mean(CB_SUPPORT[(w, "tensor")]) for w in (5, 20, 50)])
     assert list(lines["chance"].get_ydata()) == pytest.approx([1 / 32] * 3)
@@ -240,7 +253,7 @@ def test_summary_rows_have_ci_cost_and_probe(report):
 
 
 def test_training_loop_speed_comes_from_the_logged_windows():
-    from tmem_bench.report import _loop_steps_per_s
+    from tmem_bench.report.data import _loop_steps_per_s
 
     result = {"steps_per_s": 1.0, "history": [{"step": 50, "steps_per_s": 10.0}, {"step": 60, "steps_per_s": 5.0}]}
     assert _loop_steps_per_s(result) == pytest.approx(60 / (50 / 10 + 10 / 5))
@@ -248,28 +261,35 @@ def test_training_loop_speed_comes_from_the_logged_windows():
 
 
 def test_no_harm_verdict_on_both_sides_of_both_thresholds():
-    assert no_harm_verdict(0.995, 1.0, 0.52, 0.5)["verdict"] == "pass"
-    assert no_harm_verdict(0.985, 1.0, 0.52, 0.5)["verdict"] == "fail"  # 1.5 points below base
-    assert no_harm_verdict(1.0, 0.985, 0.52, 0.5)["verdict"] == "fail"  # 1.5 points above base
-    assert no_harm_verdict(0.99, 1.0, 0.5, 0.5)["verdict"] == "pass"  # exactly 1 point: inclusive
-    assert no_harm_verdict(0.995, 1.0, 0.54, 0.5)["verdict"] == "pass"
-    assert no_harm_verdict(0.995, 1.0, 0.56, 0.5)["verdict"] == "fail"  # gate moved 0.06 up
-    assert no_harm_verdict(0.995, 1.0, 0.44, 0.5)["verdict"] == "fail"  # gate moved 0.06 down
-    v = no_harm_verdict(0.985, 1.0, 0.6, 0.5)
-    assert v["verdict"] == "fail"
-    assert "-1.50 points (outside 1)" in v["reason"] and "+0.100 (outside 0.05)" in v["reason"]
-    assert no_harm_verdict(0.995, None, 0.5, 0.5)["verdict"] == INCONCLUSIVE
+    def verdict(accuracies, ceiling, gate=None, gate_init=0.5):
+        return no_harm_verdict(accuracies, ceiling, gate, gate_init if gate is not None else None, 0.01, 0.05)
+
+    assert verdict([0.995], 1.0, 0.52)["verdict"] == SUPPORTED
+    assert verdict([0.985], 1.0, 0.52)["verdict"] == REFUTED  # 1.5 points below the ceiling
+    assert verdict([0.985], 0.99, 0.52)["verdict"] == SUPPORTED  # a ceiling below 100% is the target
+    assert verdict([0.99], 1.0, 0.5)["verdict"] == SUPPORTED  # exactly 1 point: inclusive
+    assert verdict([0.995], 1.0, 0.54)["verdict"] == SUPPORTED
+    assert verdict([0.995], 1.0, 0.56)["verdict"] == REFUTED  # gate moved 0.06 up
+    assert verdict([0.995], 1.0, 0.44)["verdict"] == REFUTED  # gate moved 0.06 down
+    assert verdict([0.995], 1.0)["verdict"] == SUPPORTED  # an ungated model: accuracy alone
+    v = verdict([0.985], 1.0, 0.6)
+    assert v["verdict"] == REFUTED and v["reaches"] == REFUTED and v["stays"] == REFUTED
+    assert "below ceiling - 1 points" in v["reason"] and "+0.100 (outside 0.05)" in v["reason"]
+    assert verdict([0.97, 1.0], 1.0, 0.5)["verdict"] == INCONCLUSIVE  # the seeds' interval straddles the target
 
 
 def test_no_harm_verdict_in_the_report(report, tmp_path):
     [v] = report.no_harm
-    assert v["verdict"] == "pass" and v["accuracy"] == pytest.approx(0.998) and v["gate"] == pytest.approx(0.51)
+    assert v["verdict"] == SUPPORTED and v["accuracy"] == pytest.approx(0.998) and v["gate"] == pytest.approx(0.51)
+    [nh] = [c for c in report.claims if c.id == "no_harm"]
+    text = report.path.read_text()
+    assert nh.rule in text.split("### No-harm verdict")[1]  # one rule, printed in both places
     b = RunBuilder(tmp_path)
     for seed in range(2):
         b.cell("no_harm", "base", seed, (), {(): 1.0})
         b.cell("no_harm", "tensor", seed, (), {(): 1.0}, memory_off={(): 0.9}, gates={"layer0": 0.7, "layer1": 0.6})
     data = load_run(tmp_path)
-    claim = claim_no_harm(data)
+    claim = check_claim(data, "no_harm")
     assert claim.verdict == REFUTED and "gate initial -> final" in claim.evidence[1]
     assert claim.evidence[1]["gate initial -> final"] == "0.500 -> 0.650 (+0.150)"
 
@@ -305,12 +325,12 @@ def test_claims_on_contradicting_data(tmp_path):
         b.cell("map_building", "tensor", seed, (64,), {(64,): [0.70, 0.84, 0.95][seed]})
         b.cell("no_harm", "base", seed, (), {(): 0.90})
     data = load_run(tmp_path)
-    cb = claim_coordinate_binding(data)
+    cb = check_claim(data, "coordinate_binding")
     assert cb.verdict == REFUTED and "noise=0.0, n_writes=50: not supported" in cb.reason
-    assert claim_saturation(data).verdict == REFUTED  # 95% -> 93%: within the margin
-    assert claim_occlusion(data).verdict == REFUTED
-    assert claim_map_building(data).verdict == INCONCLUSIVE  # tensor's seeds straddle the margin
-    nh = claim_no_harm(data)
+    assert check_claim(data, "saturation").verdict == REFUTED  # 95% -> 93%: within the margin
+    assert check_claim(data, "occlusion").verdict == REFUTED
+    assert check_claim(data, "map_building").verdict == INCONCLUSIVE  # tensor's seeds straddle the margin
+    nh = check_claim(data, "no_harm")
     assert nh.verdict == INCONCLUSIVE and "no gated model" in nh.reason
     assert nh.evidence[0]["reaches"] == REFUTED
 
@@ -320,7 +340,7 @@ def test_models_at_chance_give_no_verdict(tmp_path):
     near_chance = 1 / 32 + 0.01
     coordinate_binding_per_level(b, {(w, m): [near_chance] * 2 for w in (5, 50) for m in ("base", "tensor")})
     data = load_run(tmp_path)
-    for claim in (claim_coordinate_binding(data), claim_saturation(data)):
+    for claim in (check_claim(data, "coordinate_binding"), check_claim(data, "saturation")):
         assert claim.verdict == INCONCLUSIVE and "nothing learned: best accuracy 4.1%" in claim.reason
 
 
@@ -359,7 +379,7 @@ def test_corrupt_and_missing_cells_are_named_and_the_rest_renders(tmp_path):
     result = json.loads((tmp_path / "cells" / f"{incomplete}.json").read_text())
     del result["eval"][0]["accuracy"]
     write_json(tmp_path / "cells" / f"{incomplete}.json", result)
-    b.manifest(extra_ids=["0123456789abcdef"])
+    b.manifest(extra=[("0123456789abcdef", None)], described=False)
     report = write_report(tmp_path)
     assert len(report.problems) == 3
     text = report.path.read_text()
@@ -424,6 +444,7 @@ def test_report_command(tmp_path, capsys):
 
 def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
     from tmem_bench.cli import main
+    from tmem_bench.runner import command_as_typed
 
     args = ["run", "coordinate_binding", "--models", "base", "--steps", "2", "--batch-size", "4",
             "--level", "n_writes=2", "--out", str(tmp_path / "run")]
@@ -431,6 +452,11 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
     assert not (tmp_path / "run" / "report.md").exists()
     assert main(args) == 0  # resumes the finished cell, then reports
     assert (tmp_path / "run" / "report.md").is_file() and "report: " in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["command"] == command_as_typed() and "/" not in manifest["command"][0]
+    assert manifest["cells"] and all(len(c["id"]) == 16 for c in manifest["cells"])
+    assert all(c["describe"].startswith("coordinate_binding") and " base @ n_writes=2," in c["describe"]
+               for c in manifest["cells"])
 
 
 def test_a_resized_variant_still_counts_as_the_papers_setting(tmp_path):
@@ -441,7 +467,61 @@ def test_a_resized_variant_still_counts_as_the_papers_setting(tmp_path):
                    variant="n_frames=4")
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs[:1] * 2, 0.01 * seed))),
                    variant="block_queries=True,n_frames=4")
-    claim = claim_occlusion(load_run(tmp_path))
+    claim = check_claim(load_run(tmp_path), "occlusion")
     assert claim.verdict == SUPPORTED
     assert any("run as the variant n_frames=4" in n for n in claim.notes)
     assert any("block_queries=True,n_frames=4 (not in the paper)" in n for n in claim.notes)
+
+
+def test_a_variant_is_memory_forcing_by_its_task_options_not_its_label(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed in range(3):
+        for model, accs in {"base": (0.95, 0.60), "tensor": (0.95, 0.90)}.items():
+            b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs, 0.01 * seed))),
+                   variant="hard", task_options={"block_queries": True})
+            b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs[:1] * 2, 0.01 * seed))),
+                   variant="block_queries=True", task_options={"block_queries": False})
+    claim = check_claim(load_run(tmp_path), "occlusion")
+    assert claim.verdict == REFUTED  # from the variant whose options keep the paper's information flow
+    assert any("the variant hard (not in the paper) the same rule gives: supported" in n for n in claim.notes)
+    assert any("run as the variant block_queries=True" in n for n in claim.notes)
+
+
+def test_every_claim_is_data_decided_by_a_known_rule():
+    specs = load_claims()
+    assert [s.id for s in specs] == ["coordinate_binding", "no_harm", "map_building", "occlusion", "saturation",
+                                     "throughput"]
+    for spec in specs:
+        assert spec.rule in RULES and spec.name and spec.statement and spec.paper
+        assert "{" not in spec.explained() and "None" not in spec.explained()  # every parameter is filled in
+        assert spec.memory_forcing({"block_queries": True}) and not spec.memory_forcing({"block_queries": False})
+    assert {s.id: s.margin for s in specs}["coordinate_binding"] == MARGIN
+    with pytest.raises(KeyError, match="no claim 'nope'"):
+        check_claim(None, "nope")
+
+
+def test_command_as_typed_has_no_machine_paths():
+    from tmem_bench.runner import command_as_typed
+
+    assert command_as_typed(["/opt/venv/bin/tmem-bench", "run", "all"]) == ["tmem-bench", "run", "all"]
+    assert command_as_typed(["/home/me/tmem-bench/cli.py", "report", "runs/x"]) == ["python", "cli.py", "report",
+                                                                                     "runs/x"]
+    assert command_as_typed(["/site-packages/tmem_bench/cli.py", "list"], module="tmem_bench.cli") == [
+        "python", "-m", "tmem_bench.cli", "list"]
+    assert not command_as_typed()[0].startswith("/")
+
+
+def test_missing_cells_are_named_from_the_manifest_without_building_a_model(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.cell("occlusion", "base", 0, (0,), {(0,): 0.9, (6,): 0.5})
+    b.manifest(extra=[("fedcba9876543210", "occlusion tensor @ occlusion_len=0 seed 0")])
+    code = (f"import sys; from tmem_bench.report import write_report; r = write_report({str(tmp_path)!r}); "
+            f"print(r.problems); print(sorted(m for m in ('torch', 'tmem_bench.plan', 'tmem_bench.registry') "
+            f"if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    problems, imported = proc.stdout.strip().splitlines()
+    assert imported == "[]"  # no plan, registry or torch: no model is built to name a cell
+    text = (tmp_path / "report.md").read_text()
+    assert "cell fedcba9876543210 (occlusion tensor @ occlusion_len=0 seed 0) is planned in manifest.json" in text
+    assert "- cells: 1 readable of 2 planned" in text and str(tmp_path) not in text

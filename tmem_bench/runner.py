@@ -21,6 +21,23 @@ def write_table(run_dir: Path) -> None:
     write_atomic(run_dir / "results.csv", results_table(results).to_csv(index=False))
 
 
+def command_as_typed(argv: list[str] | None = None, module: str | None = None) -> list[str]:
+    """The command line as the user typed it, without the machine's paths: `tmem-bench run ...`,
+    `python cli.py run ...` or, for `module`, `python -m tmem_bench.cli run ...`. By default
+    this process's own command."""
+    if argv is None:
+        argv = sys.argv
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = spec.name.removesuffix(".__main__") if spec is not None else None
+    if module:  # python -m: argv[0] is the module's absolute file path
+        program = ["python", "-m", module]
+    elif argv[0].endswith(".py"):
+        program = ["python", Path(argv[0]).name]
+    else:
+        program = [Path(argv[0]).name]
+    return program + list(argv[1:])
+
+
 def run_plan(
     cells: list[Cell],
     run_dir: Path,
@@ -34,11 +51,11 @@ def run_plan(
     write_json(run_dir / "manifest.json", {
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
-        "command": sys.argv,
+        "command": command_as_typed(),
         "device": str(resolved),
         "started": datetime.now(timezone.utc).isoformat(),
         "settings": settings or {},
-        "cells": [c.id for c in cells],
+        "cells": [{"id": c.id, "describe": c.describe()} for c in cells],
     })
     todo = []
     for cell in cells:

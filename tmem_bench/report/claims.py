@@ -1,0 +1,77 @@
+"""The paper's claims as data (claims.toml), and the verdict a rule fills in for each."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from .stats import INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    id: str
+    name: str
+    statement: str  # the claim as PAPER.md states it
+    paper: str  # the paper's numbers
+    rule: str  # the name of the generic rule that decides it (rules.RULES)
+    explain: str  # the decision rule as printed, with {parameter} fields
+    task: str | None = None
+    memory: str | None = None
+    baselines: tuple[str, ...] = ()
+    margin: float | None = None
+    accuracy_tolerance: float | None = None
+    gate_tolerance: float | None = None
+    reference: str | None = None
+    supported_ratio: float | None = None
+    refuted_ratio: float | None = None
+    memory_forcing_options: tuple[str, ...] = ()
+
+    def explained(self) -> str:
+        """`explain` with the entry's values filled in (margins and accuracy tolerances in points)."""
+        def number(x, scale=1):
+            return None if x is None else f"{scale * x:g}"
+
+        return self.explain.format(
+            memory=self.memory, baselines=", ".join(self.baselines), reference=self.reference,
+            margin=number(self.margin, 100), accuracy_tolerance=number(self.accuracy_tolerance, 100),
+            gate_tolerance=number(self.gate_tolerance), supported_ratio=number(self.supported_ratio),
+            refuted_ratio=number(self.refuted_ratio),
+        )
+
+    def memory_forcing(self, task_options: dict) -> bool:
+        """Whether a variant leaves the paper's information flow (it may still differ in size, e.g. fewer frames)."""
+        return any(task_options.get(option) for option in self.memory_forcing_options)
+
+
+@dataclass
+class Claim:
+    id: str
+    name: str
+    statement: str
+    paper: str
+    rule: str  # the decision rule applied here, as printed
+    verdict: str = INCONCLUSIVE
+    reason: str = ""
+    evidence: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@cache
+def load_claims() -> tuple[ClaimSpec, ...]:
+    table = tomllib.loads(resources.files(__package__).joinpath("claims.toml").read_text())
+    shared = {"memory_forcing_options": tuple(table["memory_forcing_options"])}
+    specs = []
+    for entry in table["claims"]:
+        values = {**table.get("defaults", {}), **entry, **shared}
+        values["baselines"] = tuple(values.get("baselines", ()))
+        specs.append(ClaimSpec(**values))
+    return tuple(specs)
+
+
+def claim_spec(claim_id: str) -> ClaimSpec:
+    specs = {s.id: s for s in load_claims()}
+    if claim_id not in specs:
+        raise KeyError(f"no claim {claim_id!r} in claims.toml; known: {', '.join(specs)}")
+    return specs[claim_id]

@@ -1,0 +1,193 @@
+"""A run's stored cells as the report's tables, and the labels and orders every view shares."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from ..results import load_cells, rows
+
+TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
+MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
+KNOWN_MODELS = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "tensor", "tensor_local")
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    manifest: dict | None
+    table: pd.DataFrame  # one row per cell and evaluation level (results.rows, plus series)
+    history: pd.DataFrame  # one row per cell and logged step
+    gates: pd.DataFrame  # one row per gated cell, layer and step; step 0 is the initial value
+    axes: dict[str, tuple]  # task -> its level axes, in stored order
+    problems: list[str] = field(default_factory=list)
+    n_cells: int = 0
+    task_options: dict[tuple[str, str], dict] = field(default_factory=dict)  # (task, variant) -> its options
+
+    @property
+    def leaking(self) -> dict[str, list[str]]:
+        """Model label -> where its causality probe said 'leaking' (marks the model everywhere)."""
+        out: dict[str, list[str]] = {}
+        if self.table.empty:
+            return out
+        bad = self.table[self.table["causality"] == "leaking"]
+        for (model, task, variant), _ in bad.groupby(["model", "task", "variant"], sort=True):
+            out.setdefault(model, []).append(task_label(task, variant))
+        return out
+
+    def leak_note(self, models) -> str | None:
+        leaks = {m: w for m, w in self.leaking.items() if m in models}
+        if not leaks:
+            return None
+        return "the causality probe found a leak in " + "; ".join(f"{m} ({', '.join(w)})" for m, w in leaks.items())
+
+
+def planned_cells(manifest) -> dict[str, str | None]:
+    """Planned cell id -> its description; manifests written before descriptions were stored list bare ids."""
+    entries = manifest.get("cells", []) if isinstance(manifest, dict) else []
+    return dict((e["id"], e.get("describe")) if isinstance(e, dict) else (e, None) for e in entries)
+
+
+def load_run(run_dir) -> RunData:
+    """Every readable cell of a run; problems name each unreadable, incomplete or missing cell."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise UsageError(f"run directory {str(run_dir)!r} does not exist")
+    if not run_dir.is_dir():
+        raise UsageError(f"run directory {str(run_dir)!r} is not a directory")
+    cells_dir, manifest_path = run_dir / "cells", run_dir / "manifest.json"
+    if not cells_dir.is_dir() and not manifest_path.is_file():
+        raise UsageError(f"{str(run_dir)!r} is not a run directory: it has neither manifest.json nor cells/")
+
+    problems, manifest = [], None
+    if manifest_path.is_file():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            problems.append(f"manifest.json is unreadable ({e}); planned cells cannot be checked")
+
+    results, errors = load_cells(run_dir, checks=(_history_rows, _gate_rows))
+    problems.extend(errors)
+    stored_ids = {path.stem for path in cells_dir.glob("*.json")}
+    for cid, described in planned_cells(manifest).items():
+        if cid not in stored_ids:
+            what = f" ({described})" if described else ""
+            problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
+    return run_data(results, run_dir, manifest, problems)
+
+
+def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
+             problems: list[str] | None = None) -> RunData:
+    """The report's tables built from cell results (already read and checked)."""
+    table_rows, history_rows, gate_rows, axes, axis_is_int, options = [], [], [], {}, {}, {}
+    for result in results:
+        loop_rate = _loop_steps_per_s(result)
+        table_rows += [{**row, "loop_steps_per_s": loop_rate} for row in rows(result)]
+        history_rows += _history_rows(result)
+        gate_rows += _gate_rows(result)
+        cell = result["cell"]
+        axes.setdefault(cell["task"], tuple(cell["train_level"]))
+        options.setdefault((cell["task"], cell["variant"]), dict(cell.get("task_options") or {}))
+        for level in [cell["train_level"]] + [e["level"] for e in result["eval"]]:
+            for axis, value in level.items():
+                is_int = isinstance(value, int) and not isinstance(value, bool)
+                axis_is_int[axis] = axis_is_int.get(axis, True) and is_int
+
+    table = pd.DataFrame(table_rows)
+    if not table.empty:
+        table["series"] = [series_label(m, v) for m, v in zip(table["model"], table["variant"])]
+        for col in ("accuracy_memory_off", "gate_init_mean", "gate_final_mean", "n_params", "wall_time_s",
+                    "steps_per_s", "loop_steps_per_s"):
+            table[col] = pd.to_numeric(table[col], errors="coerce")
+        for axis, is_int in axis_is_int.items():
+            if is_int:  # rows of other tasks lack the axis, which would turn 50 into 50.0
+                table[axis] = table[axis].astype("Int64")
+                table[f"train_{axis}"] = table[f"train_{axis}"].astype("Int64")
+    return RunData(Path(run_dir), manifest, table, pd.DataFrame(history_rows), pd.DataFrame(gate_rows), axes,
+                   list(problems or []), len(results), options)
+
+
+def _loop_steps_per_s(result: dict) -> float:
+    """Training-loop speed from the logged windows; the cell's own steps_per_s also counts model
+    building and the causality probe, which dominate short runs."""
+    seconds, last = 0.0, 0
+    for h in result.get("history") or []:
+        if h.get("steps_per_s"):
+            seconds += (h["step"] - last) / h["steps_per_s"]
+        last = h["step"]
+    return last / seconds if seconds > 0 else result.get("steps_per_s", math.nan)
+
+
+def _cell_keys(result: dict) -> dict:
+    cell = result["cell"]
+    return {
+        "cell_id": result["cell_id"], "task": cell["task"], "variant": cell["variant"], "model": cell["label"],
+        "seed": cell["seed"], "train_level": level_key(cell["train_level"]),
+    }
+
+
+def _history_rows(result: dict) -> list[dict]:
+    keys = _cell_keys(result)
+    return [{**keys, "step": h["step"], "loss": h["loss"], "train_acc": h["train_acc"]}
+            for h in result.get("history") or []]
+
+
+def _gate_rows(result: dict) -> list[dict]:
+    init = result.get("gate_init")
+    if not init:
+        return []
+    keys = _cell_keys(result)
+    out = [{**keys, "layer": layer, "step": 0, "gate": value} for layer, value in init.items()]
+    for h in result.get("history") or []:
+        for layer, value in (h.get("gates") or {}).items():
+            out.append({**keys, "layer": layer, "step": h["step"], "gate": value})
+    return out
+
+
+def level_key(level: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in level.items()) or "-"
+
+
+def series_label(model: str, variant: str) -> str:
+    return model if variant == "standard" else f"{model} [{variant}]"
+
+
+def task_label(task: str, variant: str) -> str:
+    return task if variant == "standard" else f"{task} [{variant}]"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def natural_key(name: str) -> list:
+    """Sort key that puts layer2 before layer10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
+
+
+def ordered(values, first=()) -> list:
+    values = list(dict.fromkeys(values))
+    return sorted(values, key=lambda v: (first.index(v) if v in first else len(first), str(v)))
+
+
+def task_order(data: RunData) -> list[str]:
+    return ordered(data.table["task"], TASK_ORDER) if not data.table.empty else []
+
+
+def model_order(table: pd.DataFrame) -> list[str]:
+    return ordered(table["model"], MODEL_ORDER)
+
+
+def variant_order(table: pd.DataFrame) -> list[str]:
+    return ordered(table["variant"], ("standard",))
+
+
+def per_seed(rows_: pd.DataFrame, column: str = "accuracy") -> np.ndarray:
+    """One value per seed (several rows of one seed, e.g. cells trained at different levels, are averaged)."""
+    return rows_.groupby("seed")[column].mean().to_numpy(dtype=float)

@@ -1,0 +1,163 @@
+"""report.md, assembled section by section from what the other modules computed."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .claims import Claim, ClaimSpec
+from .data import RunData, model_order, slug, task_label, task_order, variant_order
+from .stats import N_BOOT
+from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
+from .views import sweep_axis, train_level_rank
+
+
+def _figure(figures: dict, stem: str) -> str:
+    return f"![{figures[stem]['title']}](figures/{stem}.png)\n\n[SVG](figures/{stem}.svg)"
+
+
+def _header(data: RunData) -> list[str]:
+    m = data.manifest or {}
+    facts = [
+        ("command", " ".join(m["command"]) if isinstance(m.get("command"), list) else "-"),
+        ("started", m.get("started", "-")), ("device", m.get("device", "-")),
+        ("tmem-bench / torch", f"{m.get('tmem_bench_version', '-')} / {m.get('torch_version', '-')}"),
+        ("cells", f"{data.n_cells} readable" + (f" of {len(m['cells'])} planned" if m.get("cells") else "")),
+    ]
+    if not data.table.empty:
+        cells = data.table.drop_duplicates("cell_id")
+        facts.append(("tasks", ", ".join(task_label(t, v) for t in task_order(data)
+                                         for v in variant_order(cells[cells["task"] == t]))))
+        facts.append(("models", ", ".join(model_order(cells))))
+        facts.append(("seeds", ", ".join(map(str, sorted(cells["seed"].unique())))))
+        facts.append(("training steps", ", ".join(map(str, sorted(cells["steps"].unique())))))
+    out = [f"# tmem-bench report: {data.run_dir.name}", ""] + [f"- {k}: {v}" for k, v in facts]
+    if data.problems:
+        out += ["", "## Problems", "", "Left out of every table and figure below:", ""]
+        out += [f"- {p}" for p in data.problems]
+    return out
+
+
+def _how_to_read(data: RunData) -> list[str]:
+    max_seeds = int(data.table.groupby(["task", "variant", "model", "train_level", "level"])["seed"].nunique().max())
+    out = ["", "## How to read this report", "",
+           f"Accuracy is measured on each level's fixed evaluation set. Means are over seeds; intervals are 95% "
+           f"percentile-bootstrap intervals of the mean over seeds ({N_BOOT:,} resamples, seeded, so the report is "
+           f"reproducible). Chance (best constant predictor) and ceiling (best accuracy the information in the "
+           f"evaluation set allows) are drawn as dashed and dotted lines.",
+           ""]
+    if max_seeds == 1:
+        out.append("**This run has one seed per cell, so every interval collapses to its mean: the bands and "
+                   "intervals show no seed-to-seed uncertainty, and claim verdicts rest on the margin alone.**")
+    else:
+        out.append(f"Cell groups have up to {max_seeds} seeds; a group with one seed has a zero-width interval.")
+    if data.leaking:
+        out += ["", "**Causality probe: " + "; ".join(
+            f"'{m}' leaks the future (detected in {', '.join(w)}); every row of it is marked 'leaking', and its "
+            f"accuracies on tasks that score every position are not to be trusted" for m, w in data.leaking.items())
+            + ".**"]
+    return out
+
+
+def _claims(claims: list[Claim]) -> list[str]:
+    out = ["", "## The paper's claims", "",
+           "Each toy claim of PAPER.md, this run's numbers beside the paper's, and a verdict computed by the rule "
+           "given with it. A missing task or model makes a claim inconclusive. Where the memory-forcing variant "
+           "was run, its verdict is given beside the paper's setting.", ""]
+    out.append(md_table(["claim", "verdict", "why"], [[c.name, f"**{c.verdict}**", c.reason] for c in claims]))
+    for c in claims:
+        out += ["", f"### {c.name}: {c.verdict}", "", f"- Paper: {c.statement} ({c.paper})",
+                f"- Rule: {c.rule}", f"- This run: {c.reason or '-'}"]
+        out += [f"- {n}" for n in c.notes]
+        if c.evidence:
+            header = list(dict.fromkeys(k for e in c.evidence for k in e))
+            out += ["", md_table(header, [[e.get(k, "-") for k in header] for e in c.evidence])]
+    return out
+
+
+def _summary(summary: pd.DataFrame) -> list[str]:
+    return ["", "## Summary", "",
+            "Per task, variant, model, training level and evaluation level. Where a model was trained at several "
+            "levels only the trained-at rows are listed (results.csv holds the full grid). 'memory off': accuracy "
+            "with the gated memory path switched off. Wall time is per cell (build, probe, training, evaluation); "
+            "steps/s is the training loop's.", "",
+            summary_markdown(summary)]
+
+
+def _accuracy(data: RunData, figures: dict) -> list[str]:
+    out = ["", "## Accuracy against the sweep axis", ""]
+    for task in task_order(data):
+        out += [f"### {task}", ""]
+        if sweep_axis(data, task) is None:
+            out += ["No sweep axis: see the summary table.", ""]
+            continue
+        if f"accuracy_{slug(task)}_trained" not in figures:
+            rank = train_level_rank(data, task)
+            trained = sorted(set(data.table[data.table["task"] == task]["train_level"]), key=rank.get)
+            out += [f"Each model (and variant) was trained at a single level ({'; '.join(trained)}), so the "
+                    f"per-level training view would be one point per line; the generalisation view follows.", ""]
+        for stem in figures:
+            if stem.startswith(f"accuracy_{slug(task)}_"):
+                out += [_figure(figures, stem), ""]
+    return out
+
+
+def _reliance(summary: pd.DataFrame, figures: dict) -> list[str]:
+    reliance = reliance_frame(summary)
+    out = ["## Memory reliance", "",
+           "Accuracy minus accuracy with the memory path switched off (gate forced to zero), for gated models. A "
+           "memory that matters costs accuracy when removed; on the no-harm task the drop is what removing an "
+           "unneeded path costs by itself.", ""]
+    if reliance.empty:
+        return out + ["No gated model in this run."]
+    out.append(md_table(
+        ["task", "variant", "model", "trained at", "level", "seeds", "accuracy", "memory off", "drop (points)"],
+        [[r["task"], r["variant"], r["model"], r["trained at"], r["level"], r["seeds"],
+          fmt_ci(r["accuracy"], r["low"], r["high"]), fmt_pct(r["memory off"]),
+          fmt_points(r["drop"], r["drop low"], r["drop high"])] for _, r in reliance.iterrows()]))
+    return out + ["", _figure(figures, "memory_reliance")]
+
+
+def _gates(data: RunData, figures: dict) -> list[str]:
+    out = ["", "## Gate values", ""]
+    header, body = final_gate_table(data)
+    if not body:
+        return out + ["No gated model in this run."]
+    out += ["Final sigmoid(gamma) per layer, mean over seeds (and training levels, with the range when there "
+            "are several cells), for every task side by side: a gate that also stays at its initial value "
+            "where the task needs memory says little about no harm.", "", md_table(header, body), ""]
+    for task in task_order(data):
+        if f"gates_{slug(task)}" in figures:
+            out += [_figure(figures, f"gates_{slug(task)}"), ""]
+    return out
+
+
+def _no_harm(data: RunData, no_harm: list[dict], spec: ClaimSpec) -> list[str]:
+    out = ["", "### No-harm verdict", "",
+           f"Per gated model and variant, by the rule of the no-harm claim: {spec.explained()}", ""]
+    if no_harm:
+        out.append(md_table(["variant", "model", "seeds", "verdict", "numbers"],
+                            [[v["variant"], v["model"], v["seeds"], f"**{v['verdict']}**", v["reason"]]
+                             for v in no_harm]))
+    else:
+        out.append(f"No gated model on {spec.task} in this run." if spec.task in set(data.table["task"])
+                   else f"This run has no {spec.task} results.")
+    return out
+
+
+def _training(data: RunData, figures: dict) -> list[str]:
+    out = ["", "## Training curves", ""]
+    for task in task_order(data):
+        if f"training_{slug(task)}" in figures:
+            out += [_figure(figures, f"training_{slug(task)}"), ""]
+    return out
+
+
+def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims: list[Claim],
+                    no_harm: list[dict], no_harm_spec: ClaimSpec) -> str:
+    out = _header(data)
+    if data.table.empty:
+        out += ["", "No readable cell results: nothing to report yet."]
+        return "\n".join(out) + "\n"
+    out += _how_to_read(data) + _claims(claims) + _summary(summary) + _accuracy(data, figures)
+    out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
+    out += _training(data, figures)
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,242 @@
+"""The generic decision rules that turn a run's numbers into a verdict on each claim of claims.toml."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .claims import Claim, ClaimSpec, claim_spec, load_claims
+from .data import RunData, level_key, model_order, per_seed, task_order, variant_order
+from .no_harm import no_harm
+from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, combine, compare
+from .tables import fmt_ci, fmt_pct, fmt_points
+from .views import in_panel, panels, sweep_axis, trained_in_panel
+
+
+def _claim_rows(data: RunData, spec: ClaimSpec, variant: str, x_axis: str, panel: dict, models: list[str]):
+    """The rows a claim reads: the per-level training view when the memory model was trained at
+    two or more levels of the sweep axis, else the generalisation view of its training level."""
+    t = data.table[(data.table["task"] == spec.task) & (data.table["variant"] == variant)
+                   & data.table["model"].isin(models)]
+    trained = in_panel(t[t["trained_at_level"]], panel)
+    if trained[trained["model"] == spec.memory][x_axis].nunique() >= 2:
+        return trained, "trained at each level"
+    rows_ = trained_in_panel(t, panel)
+    levels = ", ".join(sorted(set(rows_[rows_["model"] == spec.memory]["train_level"])))
+    return rows_, f"generalisation view: trained at {levels}, evaluated at every level"
+
+
+def _missing_models(data: RunData, spec: ClaimSpec, models: list[str]) -> str | None:
+    t = data.table[data.table["task"] == spec.task] if not data.table.empty else data.table
+    if t.empty:
+        return f"this run has no {spec.task} results"
+    if spec.memory not in set(t["model"]):
+        return f"this run has no '{spec.memory}' model on {spec.task}"
+    baselines = [m for m in models if m in spec.baselines]
+    if baselines and not set(baselines) & set(t["model"]):
+        return f"this run has none of the attention baselines {', '.join(baselines)} on {spec.task}"
+    return None
+
+
+def _nothing_learned(spec: ClaimSpec, *groups: pd.DataFrame) -> str | None:
+    """A reason to withhold a verdict when no compared model is `margin` above chance:
+    models that learned nothing cannot show that one of them holds up better."""
+    best = max(float(g["accuracy"].mean()) for g in groups)
+    chance = float(pd.concat(groups)["chance"].mean())
+    if best > chance + spec.margin:
+        return None
+    return f"nothing learned: best accuracy {fmt_pct(best)} is within {100 * spec.margin:g} points of chance"
+
+
+def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[str, str]) -> None:
+    """The verdict comes from the variants in the paper's setting; memory-forcing variants are reported beside it."""
+    paper = [v for v in per_variant if not spec.memory_forcing(data.task_options.get((spec.task, v), {}))]
+    for variant, verdict in per_variant.items():
+        if variant not in paper:
+            claim.notes.append(f"under the variant {variant} (not in the paper) the same rule gives: {verdict}")
+        elif variant != "standard":
+            claim.notes.append(f"the paper's setting was run as the variant {variant}")
+    if paper:
+        claim.verdict = combine([per_variant[v] for v in paper])
+        rows_ = [e for e in claim.evidence if e.get("variant") in paper]
+        claim.reason = "; ".join(f"{e.get('level') or e.get('levels')}: {e['verdict']}" for e in rows_)
+    else:
+        claim.verdict = INCONCLUSIVE
+        claim.reason = ("no cells in the paper's setting with both the memory model and a baseline"
+                        if not per_variant else "this run has only memory-forcing variants, not the paper's setting")
+
+
+def _per_panel(claim: Claim, spec: ClaimSpec, data: RunData, models: list[str], check) -> None:
+    """Run `check(rows, view, x_axis, panel)` on the rows of `models` (_claim_rows) in every variant and
+    panel of the claim's task, then give the headline verdict. A check returns None where the panel
+    has too little to decide, else (evidence row, verdict, why the verdict is withheld or None)."""
+    reason = _missing_models(data, spec, models)
+    if reason:
+        claim.reason = reason
+        return
+    x_axis = sweep_axis(data, spec.task)
+    per_variant = {}
+    for variant in variant_order(data.table[data.table["task"] == spec.task]):
+        verdicts = []
+        for panel in panels(data, spec.task, x_axis):
+            checked = check(*_claim_rows(data, spec, variant, x_axis, panel, models), x_axis, panel)
+            if checked is None:
+                continue
+            evidence, verdict, withheld = checked
+            verdict = INCONCLUSIVE if withheld else verdict
+            verdicts.append(verdict)
+            claim.evidence.append({"variant": variant, **evidence,
+                                   "verdict": verdict + (f" ({withheld})" if withheld else "")})
+        if verdicts:
+            per_variant[variant] = combine(verdicts)
+    _headline(claim, spec, data, per_variant)
+
+
+def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
+    """The memory model clearly beats the best attention baseline at the largest common level."""
+
+    def check(rows_, view, x_axis, panel):
+        memory = rows_[rows_["model"] == spec.memory]
+        baselines = rows_[rows_["model"].isin(spec.baselines)]
+        common = sorted(set(memory[x_axis]) & set(baselines[x_axis]))
+        if not common:
+            return None
+        x = common[-1]
+        mem_x, base_x = memory[memory[x_axis] == x], baselines[baselines[x_axis] == x]
+        best = max(model_order(base_x), key=lambda m: base_x[base_x["model"] == m]["accuracy"].mean())
+        best_x = base_x[base_x["model"] == best]
+        cmp = compare(per_seed(mem_x), per_seed(best_x), spec.margin)
+        off = mem_x.dropna(subset=["accuracy_memory_off"])
+        withheld = data.leak_note([spec.memory, best]) or _nothing_learned(spec, mem_x, best_x)
+        return {
+            "level": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis}={x}"]),
+            "view": view, "seeds": int(mem_x["seed"].nunique()),
+            spec.memory: fmt_ci(*bootstrap_ci(per_seed(mem_x))),
+            "best baseline": f"{best} {fmt_ci(*bootstrap_ci(per_seed(best_x)))}",
+            "lead (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
+            f"{spec.memory} memory off": fmt_pct(off["accuracy_memory_off"].mean()) if not off.empty else "-",
+            "chance": fmt_pct(mem_x["chance"].mean()), "ceiling": fmt_pct(mem_x["ceiling"].mean()),
+        }, cmp["verdict"], withheld
+
+    _per_panel(claim, spec, data, [spec.memory, *spec.baselines], check)
+
+
+def _drops(rows_: pd.DataFrame, model: str, x_axis: str, x_lo, x_hi) -> np.ndarray:
+    """Per seed: accuracy at x_lo minus accuracy at x_hi."""
+    m = rows_[rows_["model"] == model]
+    lo = m[m[x_axis] == x_lo].groupby("seed")["accuracy"].mean()
+    hi = m[m[x_axis] == x_hi].groupby("seed")["accuracy"].mean()
+    both = lo.index.intersection(hi.index)
+    return (lo[both] - hi[both]).to_numpy(dtype=float)
+
+
+def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
+    """The memory model's accuracy drops clearly less than the least-dropping baseline's along the sweep."""
+
+    def check(rows_, view, x_axis, panel):
+        xs = sorted(set(rows_[rows_["model"] == spec.memory][x_axis]))
+        if len(xs) < 2:
+            return None
+        x_lo, x_hi = xs[0], xs[-1]
+        mem = _drops(rows_, spec.memory, x_axis, x_lo, x_hi)
+        base_drops = {m: d for m in model_order(rows_) if m in spec.baselines
+                      and (d := _drops(rows_, m, x_axis, x_lo, x_hi)).size}
+        if not mem.size or not base_drops:
+            return None
+        best = min(base_drops, key=lambda m: base_drops[m].mean())
+        cmp = compare(base_drops[best], mem, spec.margin)
+        at_lo = rows_[rows_[x_axis] == x_lo]
+        mem_hi = rows_[(rows_["model"] == spec.memory) & (rows_[x_axis] == x_hi)].dropna(
+            subset=["accuracy_memory_off"])
+        withheld = data.leak_note([spec.memory, best]) or _nothing_learned(
+            spec, at_lo[at_lo["model"] == spec.memory], at_lo[at_lo["model"] == best])
+        return {
+            "levels": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis} {x_lo} -> {x_hi}"]),
+            "view": view, "seeds": int(mem.size),
+            f"{spec.memory} drop (points)": fmt_points(*bootstrap_ci(mem)),
+            "least-dropping baseline": f"{best} {fmt_points(*bootstrap_ci(base_drops[best]))}",
+            "advantage (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
+            f"{spec.memory} memory off at {x_axis}={x_hi}":
+                f"{fmt_pct(mem_hi['accuracy_memory_off'].mean())} (on {fmt_pct(mem_hi['accuracy'].mean())})"
+                if not mem_hi.empty else "-",
+        }, cmp["verdict"], withheld
+
+    _per_panel(claim, spec, data, [spec.memory, *spec.baselines], check)
+
+
+def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
+    """The memory model's own accuracy falls clearly from the smallest to the largest level of the sweep."""
+
+    def check(rows_, view, x_axis, panel):
+        xs = sorted(set(rows_[x_axis]))
+        if len(xs) < 2:
+            return None
+        lo, hi = rows_[rows_[x_axis] == xs[0]], rows_[rows_[x_axis] == xs[-1]]
+        cmp = compare(per_seed(lo), per_seed(hi), spec.margin)
+        return {
+            "level": level_key(panel), "view": view,
+            f"fewest {x_axis}": f"{xs[0]}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
+            f"most {x_axis}": f"{xs[-1]}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
+            "drop (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
+        }, cmp["verdict"], _nothing_learned(spec, lo)
+
+    _per_panel(claim, spec, data, [spec.memory], check)
+
+
+def throughput(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
+    """The memory model trains much slower than the reference model (median over tasks)."""
+    if data.table.empty:
+        claim.reason = "no results"
+        return
+    cells = data.table.drop_duplicates("cell_id")
+    ratios = []
+    for task in task_order(data):
+        c = cells[cells["task"] == task]
+        ref, mem = c[c["model"] == spec.reference], c[c["model"] == spec.memory]
+        if ref.empty or mem.empty:
+            continue
+        devices = set(ref["device"]) | set(mem["device"])
+        if len(devices) > 1:
+            claim.notes.append(f"{task} left out: its cells ran on different devices ({', '.join(sorted(devices))})")
+            continue
+        ratio = float(ref["loop_steps_per_s"].mean() / mem["loop_steps_per_s"].mean())
+        ratios.append(ratio)
+        claim.evidence.append({
+            "task": task, f"{spec.reference} steps/s": f"{ref['loop_steps_per_s'].mean():.2f}",
+            f"{spec.memory} steps/s": f"{mem['loop_steps_per_s'].mean():.2f}", "slowdown": f"{ratio:.1f}x",
+            "device": ", ".join(sorted(map(str, devices))),
+        })
+    if not ratios:
+        claim.reason = f"this run has no task with both {spec.reference} and {spec.memory}"
+        return
+    median = float(np.median(ratios))
+    claim.verdict = (SUPPORTED if median >= spec.supported_ratio
+                     else REFUTED if median < spec.refuted_ratio else INCONCLUSIVE)
+    claim.reason = f"median slowdown {median:.1f}x over {len(ratios)} task(s)"
+
+
+RULES = {
+    "memory_vs_baselines": memory_vs_baselines,
+    "smaller_drop": smaller_drop,
+    "saturation": saturation,
+    "no_harm": no_harm,
+    "throughput": throughput,
+}
+# Rules that withhold a verdict where nothing was learned say so after the claim's own rule text.
+_WITHHOLD_WHEN_NOTHING_LEARNED = ("memory_vs_baselines", "smaller_drop", "saturation")
+
+
+def check_claim(data: RunData, spec: ClaimSpec | str) -> Claim:
+    spec = claim_spec(spec) if isinstance(spec, str) else spec
+    if spec.rule not in RULES:
+        raise ValueError(f"claim {spec.id!r} names the rule {spec.rule!r}; known rules: {', '.join(RULES)}")
+    text = spec.explained()
+    if spec.rule in _WITHHOLD_WHEN_NOTHING_LEARNED:
+        text += (f" No verdict (inconclusive) where no compared model is more than {100 * spec.margin:g} points "
+                 f"above chance (nothing was learned).")
+    claim = Claim(spec.id, spec.name, spec.statement, spec.paper, text)
+    RULES[spec.rule](claim, spec, data)
+    return claim
+
+
+def check_claims(data: RunData) -> list[Claim]:
+    return [check_claim(data, spec) for spec in load_claims()]
