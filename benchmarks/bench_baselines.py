@@ -27,7 +27,7 @@ from tmem_bench.plan import Cell
 from tmem_bench.registry import get_task, task_names
 from tmem_bench.train import build_model, loss_and_accuracy
 
-BASELINES = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm")
+BASELINES = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "delta", "ssm")
 SETTINGS = {
     "coordinate_binding": {
         "level": {"n_writes": 20, "noise": 0.05}, "batch_size": 128,

@@ -26,6 +26,8 @@ BUILTIN_MODELS = {
     "base_wide": "tmem_bench.baselines.wide:base_wide",
     "linear": "tmem_bench.baselines.linear:linear",
     "lstm": "tmem_bench.baselines.lstm:lstm",
+    "delta": "tmem_bench.baselines.delta:delta",
+    "ssm": "tmem_bench.baselines.ssm:ssm",
     "registers": "tmem_bench.baselines.registers:registers",
     "slots": "tmem_bench.baselines.slots:slots",
     "xl": "tmem_bench.baselines.xl:xl",
@@ -40,7 +42,9 @@ def load_attribute(spec: str, kind: str) -> Callable:
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise UsageError(f"cannot load {kind} {spec!r}: {e}") from None
+        raise UsageError(f"cannot load {kind} {spec!r}: {e}") from e
+    except Exception as e:  # the module's own code failed on import; `--debug` shows where
+        raise UsageError(f"cannot load {kind} {spec!r}: importing {module} raised {type(e).__name__}: {e}") from e
 
 
 class Registry:
