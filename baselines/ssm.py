@@ -17,14 +17,9 @@ the states each chunk leaves, decayed to where they are read and summed in one
 product. `ssd_recurrent` is the same function token by token, the reference the
 chunked form must match.
 
-The state is a recurrent memory, not a softmax, so a task's `blocked` mask is
-accepted and ignored: the layer has no attention edges to remove, and under the
-memory-forcing variants information reaches the queries only through the state,
-as intended.
-
-The factory solves the MLP width so that the model has the parameter count of
-`tensor` (default memory) at the same d_model, n_layers and n_heads, with the
-solver of `base_wide`; pass `mlp_ratio` to choose the width yourself.
+As for `delta`: `blocked` is accepted and ignored (no attention edges, so under
+memory forcing information reaches the queries only through the state), and the
+MLP width is solved to `tensor`'s parameter count unless `mlp_ratio` is given.
 """
 from __future__ import annotations
 
