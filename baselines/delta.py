@@ -193,6 +193,7 @@ class GatedDeltaNet(nn.Module):
 
 
 class DeltaTransformer(Transformer):
+    fixed_state = True
     config_class = DeltaConfig
     windowed = False
 

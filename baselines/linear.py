@@ -85,6 +85,7 @@ class LinearAttention(nn.Module):
 
 
 class LinearTransformer(Transformer):
+    fixed_state = True
     config_class = LinearConfig
     windowed = False
 

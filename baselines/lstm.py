@@ -29,6 +29,8 @@ class LSTMConfig:
 
 
 class LSTM(nn.Module):
+    fixed_state = True
+
     def __init__(self, config: LSTMConfig):
         super().__init__()
         self.config = config

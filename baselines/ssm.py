@@ -149,6 +149,7 @@ class Mamba2(nn.Module):
 
 
 class SSMTransformer(Transformer):
+    fixed_state = True
     config_class = SSMConfig
     windowed = False
 

@@ -10,13 +10,16 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tmem_bench import conformance
 from tmem_bench.errors import UsageError
 from tmem_bench.probe import causality_probe
-from tmem_bench.registry import backbone_names, get_backbone
+from tmem_bench.registry import BACKBONES, backbone_names, get_backbone
 
 D, LAYERS, HEADS, S = 16, 2, 2, 16
 NAMES = backbone_names()
-BUILTIN = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "tensor", "tensor_local")
+BUILTIN = (
+    "base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "delta", "ssm", "tensor", "tensor_local",
+)
 # Tensor Memory is the slow one: the smallest memory that still exercises every part.
 _TINY_MEMORY = {"channels": 2, "grid": 3, "kernel": "eager"}  # eager: compiling the scan costs ~30 s per process
 TINY = {"tensor": _TINY_MEMORY, "tensor_local": _TINY_MEMORY, "base_wide": _TINY_MEMORY}
@@ -47,16 +50,18 @@ def test_every_agreed_model_is_registered():
     assert set(BUILTIN) <= set(NAMES), sorted(set(BUILTIN) - set(NAMES))
 
 
+def spec(name: str) -> conformance.Spec:
+    return conformance.Spec(d_model=D, n_layers=LAYERS, n_heads=HEADS, seq_len=S, batch=2, options=TINY.get(name, {}))
+
+
+def passes(check, name: str) -> None:
+    result = check(BACKBONES.get(name), spec(name))
+    assert result.passed, f"{name}: {result.name}: {result.detail}"
+
+
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("with_blocked", [False, True])
-def test_forward_shape_and_finite(name, with_blocked):
-    model = build(name)
-    blocked = query_blocked() if with_blocked else None
-    for train in (True, False):
-        model.train(train)
-        y = model(inputs(), blocked=blocked)
-        assert y.shape == (2, S, D)
-        assert torch.isfinite(y).all()
+def test_forward_shape_and_finite(name):
+    passes(conformance.check_forward, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -69,52 +74,33 @@ def test_output_ends_in_layernorm(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_parameter_gets_a_gradient(name):
-    model = build(name).eval()  # no dropout: a dropped unit must not hide a dead parameter
-    x = inputs()
-    weights = torch.randn(2, S, D, generator=torch.Generator().manual_seed(2))
-    (model(x) * weights).sum().backward()
-    dead = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
-    assert not dead, f"{name}: parameters without gradient: {dead}"
+    passes(conformance.check_gradients, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("with_blocked", [False, True])
-def test_causality_probe_passes(name, with_blocked):
-    model = build(name)
-    result = causality_probe(model, D, S, blocked=query_blocked() if with_blocked else None)
-    assert result["verdict"] == "causal", result
-    assert result["positions"] == list(range(1, S))
-    assert model.training  # the probe restores the mode it found
+@pytest.mark.parametrize("check", [conformance.check_causal, conformance.check_causal_blocked],
+                         ids=["free", "blocked"])
+def test_causality_probe_passes(name, check):
+    passes(check, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_deterministic_under_a_seed(name):
-    a, b = build(name, seed=3), build(name, seed=3)
-    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
-        assert na == nb and torch.equal(pa, pb)
-    torch.manual_seed(4)
-    ya = a(inputs())  # train mode: dropout draws from the global generator
-    torch.manual_seed(4)
-    yb = b(inputs())
-    assert torch.equal(ya, yb)
-    assert not torch.equal(a(inputs(seed=5)), a(inputs(seed=6)))
+    passes(conformance.check_deterministic, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_state_size(name):
-    model = build(name)
-    if not hasattr(model, "state_size"):
+    if not hasattr(build(name), "state_size"):
         assert name not in BUILTIN, f"built-in backbone {name} must report state_size"
         pytest.skip(f"{name} does not report state_size (optional for plugins)")
-    sizes = [model.state_size(n) for n in (1, 8, 64, 512)]
-    assert all(isinstance(s, int) and s > 0 for s in sizes), sizes
-    assert sizes == sorted(sizes), f"state must not shrink as the sequence grows: {sizes}"
+    passes(conformance.check_state_size, name)
 
 
 @pytest.mark.parametrize("name, growth", [
     ("base", "linear"), ("registers", "linear"), ("slots", "linear"), ("base_wide", "linear"), ("tensor", "linear"),
     ("local", "bounded"), ("xl", "bounded"), ("tensor_local", "bounded"),
-    ("linear", "constant"), ("lstm", "constant"),
+    ("linear", "constant"), ("lstm", "constant"), ("delta", "constant"), ("ssm", "constant"),
 ])
 def test_state_size_growth(name, growth):
     if name not in NAMES:
@@ -145,7 +131,7 @@ def test_unknown_backbone_lists_the_known_ones():
 
 
 ATTENTION_ONLY = ("base", "base_wide", "local", "xl", "registers")
-WITH_MEMORY = ("slots", "linear", "lstm", "tensor", "tensor_local")
+WITH_MEMORY = ("slots", "linear", "lstm", "delta", "ssm", "tensor", "tensor_local")
 
 
 @pytest.mark.parametrize("name", ATTENTION_ONLY + WITH_MEMORY)
@@ -393,5 +379,6 @@ def test_probe_positions_cover_both_ends_and_reject_too_few():
     positions = probe_positions(500, 10, torch.Generator().manual_seed(0))
     assert len(positions) == 10 and positions[0] == 1 and positions[-1] == 499
     assert probe_positions(6, 10, torch.Generator()) == [1, 2, 3, 4, 5]
+    assert probe_positions(S, 32, torch.Generator()) == list(range(1, S))  # the registry tests probe every t
     with pytest.raises(ValueError, match="max_positions"):
         probe_positions(500, 1, torch.Generator())

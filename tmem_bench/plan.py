@@ -6,13 +6,18 @@ those settings, so a finished cell is recognised when a run is started again.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import json
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
+import torch
+
+from .schema import check as check_schema
 from .errors import UsageError, check_int
 from .registry import BACKBONES, get_task, task_names
 from .task import MAX_TRAIN_SEED, level_key
@@ -59,20 +64,24 @@ def profile_names() -> list[str]:
 
 
 def load_profile(name: str) -> dict:
-    """A built-in profile by name, or a path to a TOML file."""
+    """A built-in profile by name, or a path to a TOML file, checked against the profile schema."""
     if name.endswith(".toml"):
         path = Path(name)
         if not path.is_file():
             raise UsageError(f"profile file {name!r} does not exist")
-        text = path.read_text()
+        data = path.read_bytes()
     elif name in profile_names():
-        text = resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_text()
+        data = resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_bytes()
     else:
         raise UsageError(f"unknown profile {name!r}; known: {', '.join(profile_names())} (or a path to a .toml file)")
     try:
-        return tomllib.loads(text)
+        profile = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"profile {name!r} is not UTF-8 text: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"profile {name!r} is not valid TOML: {e}") from None
+    check_schema(profile, "profile", f"profile {name!r}")
+    return profile
 
 
 def _model_entries(entries: list) -> list[tuple[str, str, dict]]:
@@ -140,6 +149,12 @@ def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]
     return cells
 
 
+def _no_repeats(what: str, values) -> None:
+    repeated = sorted({v for v in values if list(values).count(v) > 1})
+    if repeated:
+        raise UsageError(f"{what} list {', '.join(map(str, repeated))} more than once; each would train the same cell again")
+
+
 def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]:
     missing = [k for k in TRAIN_KEYS if k not in train]
     if missing:
@@ -151,6 +166,7 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
     for key in ("steps", "batch_size", "log_every", "eval_size"):
         train[key] = check_int(key, train[key])
     seeds = overrides.seeds if overrides.seeds is not None else train.get("seeds", [0])
+    _no_repeats("seeds", seeds)
     for seed in seeds:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_TRAIN_SEED:
             raise UsageError(f"seed must be an integer in [0, {MAX_TRAIN_SEED}), got {seed!r}")
@@ -161,6 +177,7 @@ def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[t
     """(evaluation levels: the grid of `levels`, training levels: `train_at` on its axes, the grid elsewhere)."""
     levels, train_at = dict(levels), dict(train_at)
     for axis, values in overrides.levels.items():
+        _no_repeats(f"levels of {axis}", values)
         if axis not in task.axes:
             raise UsageError(f"task {task.name!r} has no axis {axis!r}; its axes: {', '.join(task.axes) or 'none'}")
         levels[axis] = values
@@ -184,20 +201,82 @@ def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[t
 
 
 def check_model(name: str, model_options: dict) -> None:
-    """Build the backbone once so a bad name or option fails before anything runs."""
+    """Build the backbone once and call it on a tiny batch, so that a bad name or option, or a
+    plugin that breaks the backbone contract, fails before anything runs or is written."""
     factory = BACKBONES.get(name)  # an unknown name fails here with the list of known ones
     try:
-        factory(**model_options)
+        backbone = factory(**model_options)
     except (TypeError, ValueError) as e:
-        raise UsageError(f"model {name!r}: {e}") from None
+        raise UsageError(f"model {name!r}: {e}") from e
+    except Exception as e:  # a plugin's own code failed; `--debug` shows where
+        raise UsageError(f"model {name!r}: its factory raised {type(e).__name__}: {e}") from e
+    if not isinstance(backbone, torch.nn.Module):
+        raise UsageError(f"model {name!r}: its factory returned {type(backbone).__name__}, not a torch.nn.Module")
+    params = inspect.signature(backbone.forward).parameters
+    if "blocked" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise UsageError(f"model {name!r}: forward takes no `blocked` argument; "
+                         "the contract is forward(x (B, S, d), blocked=None) -> (B, S, d)")
+    d = model_options["d_model"]
+    x = torch.zeros(2, 3, d)
+    try:
+        with torch.no_grad():
+            y = backbone.eval()(x, blocked=None)
+    except Exception as e:
+        raise UsageError(f"model {name!r}: forward raised {type(e).__name__}: {e}") from e
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise UsageError(f"model {name!r}: forward of a (2, 3, {d}) batch returned {got}, expected (2, 3, {d})")
+
+
+def _memory_bytes(device: str) -> int:
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return torch.cuda.mem_get_info()[1]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_sizes(cells: list[Cell], device: str = "auto") -> None:
+    """Refuse cells whose batches cannot fit in memory, before anything is written.
+
+    The estimate is a lower bound (activations of the blocks and attention scores, and the
+    generated evaluation set), so it only refuses sizes that cannot fit at all."""
+    available = _memory_bytes(device)
+    seen = set()
+    for cell in cells:
+        key = (cell.task, json.dumps(cell.task_options, sort_keys=True), level_key(cell.train_level),
+               json.dumps(cell.model_options, sort_keys=True, default=str), cell.train["batch_size"],
+               cell.train["eval_size"])
+        if key in seen:
+            continue
+        seen.add(key)
+        task = get_task(cell.task, **cell.task_options)
+        d, layers = cell.model_options["d_model"], cell.model_options["n_layers"]
+        heads = cell.model_options["n_heads"]
+        for level in (cell.train_level, *cell.eval_levels):
+            try:
+                one = task.sample(level, 1, torch.Generator().manual_seed(0))
+                tokens = task.make_adapter(d)(one).shape[1]
+            except (RuntimeError, MemoryError, OverflowError) as e:
+                raise UsageError(f"{cell.task} at {level_key(level)}: one sequence cannot be built "
+                                 f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
+            per_example = sum(t.nelement() * t.element_size() for t in one.values())
+            train = cell.train["batch_size"] * layers * (40 * tokens * d + 12 * heads * tokens * tokens) * 4
+            needed = max(train, cell.train["eval_size"] * per_example)
+            if needed > available:
+                raise UsageError(
+                    f"{cell.describe()}: about {needed / 2**30:,.1f} GiB needed at {level_key(level)} "
+                    f"({tokens} tokens, batch {cell.train['batch_size']}, eval_size {cell.train['eval_size']}), "
+                    f"more than the {available / 2**30:,.1f} GiB here; lower the level, --batch-size or eval_size")
 
 
 def make_plan(task: str, profile_name: str, overrides: Overrides | None = None) -> list[Cell]:
     overrides = overrides or Overrides()
     profile = load_profile(profile_name)
     known = task_names()
+    unknown = [t for t in profile["tasks"] if t not in known]
+    if unknown:
+        raise UsageError(f"profile {profile_name!r} names unknown task {unknown[0]!r}; known: {', '.join(known)}")
     if task == "all":
-        names = [t for t in profile.get("tasks", {}) if t in known]
+        names = list(profile["tasks"])
     elif task in known:
         names = [task]
     else:

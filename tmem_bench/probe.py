@@ -38,8 +38,9 @@ def causality_probe(
     rtol: float = 1e-5,
     max_positions: int = 32,
 ) -> dict:
-    """Verdict "causal", "leaking" (an output before the perturbed position changed)
-    or "insensitive" (no output changed at all, so the probe proved nothing).
+    """Verdict "causal", "leaking" (an output before the perturbed position changed),
+    "insensitive" (no output changed at all, so the probe proved nothing) or
+    "non-finite" (an output was NaN or infinite, so nothing could be compared).
 
     Changes are measured relative to 1 + the largest output magnitude, so `rtol`
     tolerates float reordering but not a real dependence. The backbone runs in eval
@@ -50,6 +51,7 @@ def causality_probe(
     generator = torch.Generator().manual_seed(seed)
     max_past = max_future = 0.0
     leaks: set[int] = set()
+    finite = True
     positions = probe_positions(seq_len, max_positions, generator)
     t = torch.tensor(positions)
     after = torch.arange(seq_len)[None, :] >= t[:, None]  # (P, S): row r perturbs positions >= t_r
@@ -59,6 +61,7 @@ def causality_probe(
             x2 = torch.where(after[..., None], torch.randn(x.shape, generator=generator), x)
             y = backbone(x.to(device), blocked=blocked).float().cpu()
             y2 = backbone(x2.to(device), blocked=blocked).float().cpu()
+            finite &= bool(torch.isfinite(y).all() and torch.isfinite(y2).all())
             scale = 1.0 + y.abs().max().item()
             change = (y - y2).abs().amax(dim=-1) / scale  # (P, S)
             past = change.masked_fill(after, 0.0).amax(dim=-1)  # (P,)
@@ -67,7 +70,9 @@ def causality_probe(
             leaks.update(t[past > rtol].tolist())
     finally:
         backbone.train(was_training)
-    if max_past > rtol:
+    if not finite:
+        verdict = "non-finite"  # NaN compares unequal to everything: no change can be measured
+    elif max_past > rtol:
         verdict = "leaking"
     elif max_future <= rtol:
         verdict = "insensitive"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .schema import describe, violations
+
 
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
@@ -33,14 +35,38 @@ def cell_path(run_dir: Path, cell_id: str) -> Path:
     return Path(run_dir) / "cells" / f"{cell_id}.json"
 
 
+def failed_path(run_dir: Path, cell_id: str) -> Path:
+    """Where a cell that kept failing is recorded: outside cells/, so nothing takes it for a result."""
+    return Path(run_dir) / "failed" / f"{cell_id}.json"
+
+
+def read_failures(run_dir: Path) -> dict[str, dict]:
+    """Cell id -> its failure record (error, traceback, attempts), for every readable record."""
+    failures = {}
+    for path in sorted((Path(run_dir) / "failed").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            record = {"error": f"failed/{path.name} is unreadable"}
+        failures[path.stem] = record if isinstance(record, dict) else {"error": f"failed/{path.name} is malformed"}
+    return failures
+
+
 def read_cell(path: Path) -> dict:
-    """A stored cell result; ValueError names the file when it is unreadable or incomplete."""
+    """A stored cell result, checked against the cell schema; ValueError names the file and
+    what is wrong when it is unreadable, incomplete or malformed."""
+    path = Path(path)
+    name = f"cell file cells/{path.name}"
     try:
-        result = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"cell file {path} is unreadable: {e}") from None
-    if not isinstance(result, dict) or not {"cell_id", "cell", "eval"} <= set(result):
-        raise ValueError(f"cell file {path} is not a cell result")
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{name} is unreadable: {e}") from None
+    found = violations(result, "cell")
+    if found:
+        kind = "incomplete" if found[0].validator == "required" else "malformed"
+        raise ValueError(f"{name} is {kind}: {describe(found[0])}")
+    if result["cell_id"] != path.stem:
+        raise ValueError(f"{name} holds cell {result['cell_id']}, not {path.stem}")
     return result
 
 
@@ -60,7 +86,7 @@ def load_cells(run_dir: Path, checks=()) -> tuple[list[dict], list[str]]:
             errors.append(str(e))
             continue
         except (KeyError, TypeError, AttributeError) as e:
-            errors.append(f"cell file {path} is incomplete ({type(e).__name__}: {e})")
+            errors.append(f"cell file cells/{path.name} is incomplete ({type(e).__name__}: {e})")
             continue
         results.append(result)
     return results, errors
@@ -96,6 +122,9 @@ def rows(result: dict) -> list[dict]:
             "steps_per_s": result.get("steps_per_s"),
             "steps": cell["train"]["steps"],
             "causality": result.get("causality", {}).get("verdict"),
+            "status": result.get("status", "finished"),
+            "diverged_at_step": result.get("diverged_at_step"),
+            "final_loss": (result.get("history") or [{}])[-1].get("loss"),
             "device": result.get("device"),
         }
         for axis, value in ev["level"].items():

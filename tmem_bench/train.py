@@ -1,6 +1,7 @@
 """Train and evaluate one Cell. A cell needs nothing but its own description."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, is_dataclass
 from typing import Callable
@@ -8,7 +9,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import __version__
+from . import __version__, tm_fast
 from .model import TaskModel
 from .plan import Cell
 from .probe import causality_probe
@@ -64,6 +65,17 @@ def _config(backbone) -> dict | None:
     return asdict(config) if is_dataclass(config) else None
 
 
+def _scan_kernel(backbone) -> str | None:
+    """The Tensor Memory scan that ran ("native (avx2)", "compiled", "eager"): the config's
+    `kernel` says what was asked, which `auto` resolves per machine. None without a memory."""
+    for module in backbone.modules():
+        kernel = getattr(getattr(module, "config", None), "kernel", None)
+        weight = next(module.parameters(), None)
+        if isinstance(kernel, str) and weight is not None:
+            return tm_fast.kernel_that_runs(kernel, weight)
+    return None
+
+
 def run_cell(
     cell: Cell,
     device: str | torch.device = "cpu",
@@ -90,29 +102,38 @@ def run_cell(
     gate_init = model.gate_values()
     history = []
     model.train()
-    window_start, window_steps = time.perf_counter(), 0
-    window_loss = window_acc = 0.0
+    window = {"start": time.perf_counter(), "steps": 0, "loss": 0.0, "acc": 0.0}
+
+    def log(step: int) -> None:
+        now = time.perf_counter()
+        history.append({
+            "step": step,
+            "loss": (window["loss"] / window["steps"]).item(),
+            "train_acc": (window["acc"] / window["steps"]).item(),
+            "steps_per_s": window["steps"] / (now - window["start"]),
+            "gates": model.gate_values(),
+        })
+        window.update(start=now, steps=0, loss=0.0, acc=0.0)
+
+    diverged_at = None
     for step in range(1, train["steps"] + 1):
         batch = _to(task.sample(cell.train_level, train["batch_size"], generator), device)
         loss, acc = loss_and_accuracy(model, batch)
+        if not math.isfinite(loss.item()):
+            # Stop before the update: the weights evaluated below are the last finite ones.
+            diverged_at = step
+            if window["steps"]:
+                log(step - 1)
+            break
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
         optimizer.step()
-        window_loss += loss.detach()
-        window_acc += acc.detach()
-        window_steps += 1
+        window["loss"] += loss.detach()
+        window["acc"] += acc.detach()
+        window["steps"] += 1
         if step % train["log_every"] == 0 or step == train["steps"]:
-            now = time.perf_counter()
-            history.append({
-                "step": step,
-                "loss": (window_loss / window_steps).item(),
-                "train_acc": (window_acc / window_steps).item(),
-                "steps_per_s": window_steps / (now - window_start),
-                "gates": model.gate_values(),
-            })
-            window_start, window_steps = now, 0
-            window_loss = window_acc = 0.0
+            log(step)
         if on_step is not None:
             on_step(step, train["steps"])
     train_time = time.perf_counter() - start
@@ -137,19 +158,23 @@ def run_cell(
             "fingerprint": fp,
         })
 
+    steps_done = train["steps"] if diverged_at is None else diverged_at - 1
     return {
         "schema": 1,
         "cell_id": cell.id,
+        "status": "finished" if diverged_at is None else "diverged",
+        "diverged_at_step": diverged_at,
         "cell": asdict(cell),
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
         "device": str(device),
         "model_config": _config(model.backbone),
+        "scan_kernel": _scan_kernel(model.backbone),
         "n_params": n_params,
         "n_backbone_params": n_backbone_params,
         "wall_time_s": time.perf_counter() - start,
         "train_time_s": train_time,
-        "steps_per_s": train["steps"] / train_time,
+        "steps_per_s": steps_done / train_time,
         "causality": causality,
         "gate_init": gate_init,
         "gates_final": model.gate_values(),

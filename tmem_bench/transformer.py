@@ -120,6 +120,7 @@ class Transformer(nn.Module):
     config_class = TransformerConfig
     block_class = Block
     windowed = True  # whether `config.window` means anything to this model's mixer
+    fixed_state = False  # True: state_size(S) is the same at every S (`tmem-bench check` holds it to that)
 
     def __init__(self, config: TransformerConfig):
         super().__init__()

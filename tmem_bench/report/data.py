@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..results import load_cells, rows
+from ..results import load_cells, read_failures, rows
 
 TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
@@ -75,9 +75,16 @@ def load_run(run_dir) -> RunData:
     results, errors = load_cells(run_dir, checks=(_history_rows, _gate_rows))
     problems.extend(errors)
     stored_ids = {path.stem for path in cells_dir.glob("*.json")}
+    failures = read_failures(run_dir)
     for cid, described in planned_cells(manifest).items():
-        if cid not in stored_ids:
-            what = f" ({described})" if described else ""
+        if cid in stored_ids:
+            continue
+        what = f" ({described})" if described else ""
+        if cid in failures:
+            f = failures[cid]
+            problems.append(f"cell {cid}{what} FAILED after {f.get('attempts', '?')} attempt(s): "
+                            f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
+        else:
             problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
     return run_data(results, run_dir, manifest, problems)
 

@@ -280,17 +280,11 @@ def _figures(data: RunData):
         yield "memory_reliance", reliance_figure(reliance, style)
 
 
-FIGURE_PREFIXES = ("accuracy_", "gates_", "training_", "memory_reliance")
-
-
 def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
-    """Write every figure; return stem -> the data drawn."""
+    """Write every figure into `figures_dir`; return stem -> the data drawn."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
     drawn = {}
     for stem, (fig, d) in _figures(data):
         save_figure(fig, figures_dir, stem)
         drawn[stem] = d
-    for path in figures_dir.glob("*") if figures_dir.is_dir() else []:
-        # Figures of an earlier report that this one no longer draws would contradict report.md.
-        if path.suffix in (".png", ".svg") and path.stem not in drawn and path.name.startswith(FIGURE_PREFIXES):
-            path.unlink()
     return drawn

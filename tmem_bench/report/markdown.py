@@ -33,6 +33,14 @@ def _header(data: RunData) -> list[str]:
     if data.problems:
         out += ["", "## Problems", "", "Left out of every table and figure below:", ""]
         out += [f"- {p}" for p in data.problems]
+    diverged = data.table.drop_duplicates("cell_id").dropna(subset=["diverged_at_step"]) if not data.table.empty \
+        else data.table
+    if not diverged.empty:
+        out += ["", "## Diverged training", "",
+                "These cells stopped at a non-finite training loss; they were evaluated with the last finite "
+                "weights, so their accuracies say how far training got, not what the model can learn:", ""]
+        out += [f"- {r['task']} {r['model']} seed {r['seed']} at {r['train_level']}: "
+                f"step {int(r['diverged_at_step'])} of {r['steps']}" for _, r in diverged.iterrows()]
     return out
 
 

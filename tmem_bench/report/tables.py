@@ -64,6 +64,7 @@ def summary_frame(data: RunData) -> pd.DataFrame:
             reliance = bootstrap_ci(per_seed(off.assign(d=off["accuracy"] - off["accuracy_memory_off"]), "d")) \
                 if not off.empty else (math.nan,) * 3
             probes = sorted(set(g["causality"].dropna()))
+            diverged = g.drop_duplicates("cell_id").dropna(subset=["diverged_at_step"])
             out.append({
                 "task": task, "variant": variant, "model": model, "series": series_label(model, variant),
                 "trained at": train_level, "level": level, "seeds": int(g["seed"].nunique()),
@@ -75,6 +76,8 @@ def summary_frame(data: RunData) -> pd.DataFrame:
                 "wall s": float(g.drop_duplicates("cell_id")["wall_time_s"].mean()),
                 "steps/s": float(g.drop_duplicates("cell_id")["loop_steps_per_s"].mean()),
                 "probe": "leaking" if model in leaking else ",".join(probes) or "-",
+                "status": (f"diverged at step {','.join(str(int(x)) for x in sorted(diverged['diverged_at_step']))}"
+                           if not diverged.empty else ""),
                 "_sort": (variant_order(table).index(variant), model_order(table).index(model),
                           tuple(g[f"train_{a}"].iloc[0] for a in axes), tuple(g[a].iloc[0] for a in axes)),
             })
@@ -98,8 +101,10 @@ def _summary_cells(r) -> list[str]:
 def summary_markdown(summary: pd.DataFrame) -> str:
     parts = []
     for task, g in summary.groupby("task", sort=False):
-        body = [_summary_cells(r) for _, r in g.iterrows()]
-        parts.append(f"**{task}**\n\n" + md_table(list(_SUMMARY_COLUMNS), body))
+        # A status column only where training diverged, so it cannot be overlooked there.
+        status = g["status"].astype(bool).any()
+        body = [_summary_cells(r) + ([r["status"] or "-"] if status else []) for _, r in g.iterrows()]
+        parts.append(f"**{task}**\n\n" + md_table(list(_SUMMARY_COLUMNS) + (["status"] if status else []), body))
     return "\n\n".join(parts)
 
 
@@ -143,9 +148,10 @@ def summary_rich(data: RunData):
         for axis in axes:
             table.add_column(axis, justify="right", overflow="fold")
         accuracy_width = max(len(fmt_ci(r["accuracy"], r["low"], r["high"])) for _, r in g.iterrows())
+        diverged = g["status"].astype(bool).any()
         for name in ("seeds", "accuracy", *(["mem off"] if gated else []), "chance", "ceiling", "params", "wall s",
-                     "steps/s", "probe"):
-            table.add_column(name, justify="left" if name == "probe" else "right", overflow="fold",
+                     "steps/s", "probe", *(["status"] if diverged else [])):
+            table.add_column(name, justify="left" if name in ("probe", "status") else "right", overflow="fold",
                              min_width=accuracy_width if name == "accuracy" else None)
         for _, r in g.iterrows():
             cells = [r["model"]]
@@ -157,7 +163,7 @@ def summary_rich(data: RunData):
                 cells.append(fmt_pct(r["memory off"]))
             cells += [fmt_pct(r["chance"]), fmt_pct(r["ceiling"]),
                       "-" if pd.isna(r["params"]) else f"{r['params'] / 1000:.0f}k", f"{r['wall s']:.0f}",
-                      f"{r['steps/s']:.3g}", r["probe"]]
+                      f"{r['steps/s']:.3g}", r["probe"]] + ([r["status"] or "-"] if diverged else [])
             table.add_row(*map(escape, cells))
         tables.append(table)
     return Group(*tables)

@@ -1,6 +1,9 @@
 """write_report: report.md and figures/ of a run, regenerated from its stored cell results alone."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,13 +31,28 @@ class Report:
 
 
 def write_report(run_dir) -> Report:
-    """Regenerate report.md and figures/ of a run from its stored cell results."""
+    """Regenerate report.md and figures/ of a run from its stored cell results.
+
+    Both are made in a staging folder and then moved into place, so a failure leaves the
+    previous report and its figures as they were, never new figures beside an old report."""
     data = load_run(run_dir)
-    figures = build_figures(data, data.run_dir / "figures")
-    summary = summary_frame(data)
-    claims = check_claims(data)
-    no_harm_spec = next(spec for spec in load_claims() if spec.rule == "no_harm")
-    no_harm = no_harm_verdicts(data, no_harm_spec)
-    path = data.run_dir / "report.md"
-    write_atomic(path, render_markdown(data, figures, summary, claims, no_harm, no_harm_spec))
-    return Report(path, figures, claims, no_harm, summary, data.problems, data)
+    staging = Path(tempfile.mkdtemp(dir=data.run_dir, prefix=".report-"))
+    try:
+        figures = build_figures(data, staging / "figures")
+        summary = summary_frame(data)
+        claims = check_claims(data)
+        no_harm_spec = next(spec for spec in load_claims() if spec.rule == "no_harm")
+        no_harm = no_harm_verdicts(data, no_harm_spec)
+        write_atomic(staging / "report.md", render_markdown(data, figures, summary, claims, no_harm, no_harm_spec))
+        _publish(staging, data.run_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Report(data.run_dir / "report.md", figures, claims, no_harm, summary, data.problems, data)
+
+
+def _publish(staging: Path, run_dir: Path) -> None:
+    figures, retired = run_dir / "figures", staging / "figures.old"
+    if figures.exists():
+        os.replace(figures, retired)
+    os.replace(staging / "figures", figures)
+    os.replace(staging / "report.md", run_dir / "report.md")

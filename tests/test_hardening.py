@@ -1,0 +1,325 @@
+"""Bad input of every kind is one line, exit 2, no traceback, nothing written; divergence
+is recorded; a run directory has one writer and one plan; malformed cells are retrained."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from tmem_bench.probe import causality_probe
+
+CLI = [sys.executable, "-m", "tmem_bench.cli"]
+
+TINY = """
+[train]
+steps = {steps}
+batch_size = 8
+lr = {lr}
+weight_decay = 0.01
+grad_clip = 1.0
+log_every = 2
+eval_size = 16
+seeds = [0]
+
+[tasks.coordinate_binding]
+models = ["base"]
+model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
+levels = {{ n_writes = [3], noise = [0.0] }}
+"""
+
+PLUGINS = '''
+import torch
+import torch.nn as nn
+
+
+def returns_dict(d_model, n_layers, n_heads, **options):
+    return {"not": "a module"}
+
+
+def returns_none(d_model, n_layers, n_heads, **options):
+    return None
+
+
+class WrongShape(nn.Module):
+    def forward(self, x, blocked=None):
+        return x[:, :1]
+
+
+def wrong_shape(d_model, n_layers, n_heads, **options):
+    return WrongShape()
+
+
+def raises(d_model, n_layers, n_heads, **options):
+    raise KeyError("the author's bug")
+'''
+
+
+def tiny_profile(folder: Path, steps: int = 4, lr: float = 1e-3, extra: str = "") -> str:
+    path = folder / "tiny.toml"
+    path.write_text(TINY.format(steps=steps, lr=lr) + extra)
+    return str(path)
+
+
+def profile_with(folder: Path, text: str, name: str = "bad.toml") -> str:
+    path = folder / name
+    path.write_text(text)
+    return str(path)
+
+
+def replace_line(key: str, line: str) -> str:
+    body = TINY.format(steps=4, lr=1e-3)
+    return "\n".join(line if row.startswith(f"{key} =") else row for row in body.splitlines())
+
+
+# (id, command line after `tmem-bench`, a needle of the one-line message). `{p}` is the folder
+# of the test's files, `{f}` a plain file in it.
+MALFORMED = [
+    ("out-unwritable", ["run", "coordinate_binding", "--out", "/proc/forbidden/run"], "cannot be created"),
+    ("out-under-a-file", ["run", "coordinate_binding", "--out", "{f}/sub"], "cannot be created"),
+    ("out-is-a-file", ["run", "coordinate_binding", "--out", "{f}"], "exists and is not a directory"),
+    ("out-empty", ["run", "coordinate_binding", "--out", ""], "--out is empty"),
+    ("level-unallocatable", ["run", "coordinate_binding", "--level", "n_writes=10000000000000"],
+     "one sequence cannot be built"),
+    ("batch-unallocatable", ["run", "coordinate_binding", "--batch-size", "1000000000"], "GiB needed"),
+    ("seeds-count-huge", ["run", "coordinate_binding", "--seeds", "3000000000"], "--seeds count must be at most"),
+    ("seeds-repeated", ["run", "coordinate_binding", "--seeds", "0,0"], "seeds list 0 more than once"),
+    ("levels-repeated", ["run", "coordinate_binding", "--level", "n_writes=5,5"], "list 5 more than once"),
+    ("level-axis-twice", ["run", "coordinate_binding", "--level", "n_writes=5", "--level", "n_writes=10"],
+     "--level n_writes is given twice"),
+    ("models-empty", ["run", "coordinate_binding", "--models", ""], "names an empty model"),
+    ("models-empty-entry", ["run", "coordinate_binding", "--models", "base,,tensor"], "names an empty model"),
+    ("profile-unknown-key", ["run", "coordinate_binding", "--profile", "{p}/stepz.toml"],
+     "unknown key 'stepz'; allowed: batch_size"),
+    ("profile-lr-string", ["run", "coordinate_binding", "--profile", "{p}/lr_string.toml"],
+     "train.lr: 'fast' is not of type 'number'"),
+    ("profile-lr-negative", ["run", "coordinate_binding", "--profile", "{p}/lr_negative.toml"], "train.lr: -1.0"),
+    ("profile-weight-decay-string", ["run", "coordinate_binding", "--profile", "{p}/wd.toml"],
+     "train.weight_decay: 'none' is not of type 'number'"),
+    ("profile-train-not-a-table", ["run", "coordinate_binding", "--profile", "{p}/train5.toml"],
+     "tasks.coordinate_binding.train: 5 is not of type 'object'"),
+    ("profile-levels-string", ["run", "coordinate_binding", "--profile", "{p}/levels.toml"],
+     "tasks.coordinate_binding.levels: '5,10' is not of type 'object'"),
+    ("profile-not-utf8", ["run", "coordinate_binding", "--profile", "{p}/latin1.toml"], "is not UTF-8 text"),
+    ("profile-no-models", ["run", "coordinate_binding", "--profile", "{p}/nomodels.toml"],
+     "tasks.coordinate_binding.models: [] should be non-empty"),
+    ("profile-unknown-task", ["run", "all", "--profile", "{p}/unknown_task.toml"], "names unknown task 'mapbuilding'"),
+    ("profile-seeds-repeated", ["run", "coordinate_binding", "--profile", "{p}/seeds.toml"], "lists a value twice"),
+    ("plugin-returns-dict", ["run", "coordinate_binding", "--models", "hardening_plugins:returns_dict"],
+     "returned dict, not a torch.nn.Module"),
+    ("plugin-returns-none", ["run", "coordinate_binding", "--models", "hardening_plugins:returns_none"],
+     "returned NoneType, not a torch.nn.Module"),
+    ("plugin-without-blocked", ["run", "coordinate_binding", "--models", "torch.nn:Identity"],
+     "forward takes no `blocked` argument"),
+    ("plugin-wrong-shape", ["run", "coordinate_binding", "--models", "hardening_plugins:wrong_shape"],
+     "returned (2, 1, 64), expected (2, 3, 64)"),
+    ("plugin-raises", ["run", "coordinate_binding", "--models", "hardening_plugins:raises"],
+     "its factory raised KeyError: \"the author's bug\""),
+    ("plugin-import-fails", ["run", "coordinate_binding", "--models", "hardening_broken:thing"],
+     "importing hardening_broken raised ZeroDivisionError"),
+    ("report-not-a-run", ["report", "{p}"], "is not a run directory"),
+]
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    """The files the malformed command lines name, in their own folder; the command runs in another."""
+    files = tmp_path / "inputs"
+    files.mkdir()
+    (files / "plain").write_text("a file, not a folder")
+    profile_with(files, replace_line("steps", "stepz = 4"), "stepz.toml")
+    profile_with(files, replace_line("lr", 'lr = "fast"'), "lr_string.toml")
+    profile_with(files, replace_line("lr", "lr = -1.0"), "lr_negative.toml")
+    profile_with(files, replace_line("weight_decay", 'weight_decay = "none"'), "wd.toml")
+    profile_with(files, TINY.format(steps=4, lr=1e-3) + "train = 5\n", "train5.toml")
+    profile_with(files, replace_line("levels", 'levels = "5,10"'), "levels.toml")
+    profile_with(files, replace_line("models", "models = []"), "nomodels.toml")
+    profile_with(files, replace_line("seeds", "seeds = [1, 1]"), "seeds.toml")
+    profile_with(files, TINY.format(steps=4, lr=1e-3).replace("coordinate_binding]", "mapbuilding]"),
+                 "unknown_task.toml")
+    (files / "latin1.toml").write_bytes("description = \"caf\xe9\"\n".encode("latin-1"))
+    (files / "hardening_plugins.py").write_text(PLUGINS)
+    (files / "hardening_broken.py").write_text("thing = 1 / 0\n")
+    monkeypatch.syspath_prepend(str(files))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return files, work
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("args, needle", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_malformed_input_is_one_line_exit_2_and_writes_nothing(args, needle, inputs, capsys):
+    from tmem_bench.cli import main
+
+    files, work = inputs
+    args = [a.format(p=files, f=files / "plain") for a in args]
+    before = {"inputs": tree(files), "work": tree(work)}
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("tmem-bench: error: ") and len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
+    assert "Traceback" not in err
+    assert {"inputs": tree(files), "work": tree(work)} == before
+
+
+def test_debug_shows_the_plugin_authors_traceback(inputs, capsys):
+    from tmem_bench.cli import main
+
+    assert main(["run", "coordinate_binding", "--models", "hardening_plugins:raises", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "hardening_plugins.py" in err
+    assert err.strip().splitlines()[-1].startswith("tmem-bench: error: model 'hardening_plugins:raises'")
+
+
+def test_malformed_input_in_a_real_process_has_no_traceback(inputs):
+    files, work = inputs
+    proc = subprocess.run(CLI + ["run", "coordinate_binding", "--profile", str(files / "stepz.toml")],
+                          capture_output=True, text=True, cwd=work, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"tmem-bench: error: profile '{files / 'stepz.toml'}': train: unknown key 'stepz'; allowed: batch_size, "
+        "eval_size, grad_clip, log_every, lr, seeds, steps, weight_decay"]
+    assert tree(work) == []
+
+
+def run_cli(args, cwd):
+    # A wide console: rich would otherwise fold the messages the tests look for.
+    return subprocess.run(CLI + args, capture_output=True, text=True, cwd=cwd, timeout=300,
+                          env={**os.environ, "COLUMNS": "400"})
+
+
+def test_divergence_stops_the_cell_and_is_reported(tmp_path):
+    profile = tiny_profile(tmp_path, steps=20, lr=1e30)
+    proc = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "DIVERGED at step" in proc.stderr
+    result = json.loads(next((tmp_path / "run" / "cells").glob("*.json")).read_text())
+    assert result["status"] == "diverged" and 1 < result["diverged_at_step"] <= 20
+    assert all(h["step"] < result["diverged_at_step"] for h in result["history"])
+    table = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert set(table["status"]) == {"diverged"} and table["final_loss"].notna().all()
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Diverged training" in report and f"step {result['diverged_at_step']} of 20" in report
+    assert "diverged at step" in proc.stdout  # the console summary's status column
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A folder holding tiny.toml and the finished run of it in run/ (copy it before changing it)."""
+    folder = tmp_path_factory.mktemp("finished")
+    tiny_profile(folder, steps=2)
+    proc = run_cli(["run", "coordinate_binding", "--profile", "tiny.toml", "--out", "run"], folder)
+    assert proc.returncode == 0, proc.stderr
+    return folder
+
+
+def test_finished_cells_say_so_and_carry_their_final_loss(finished_run):
+    table = pd.read_csv(finished_run / "run" / "results.csv")
+    result = json.loads(next((finished_run / "run" / "cells").glob("*.json")).read_text())
+    assert set(table["status"]) == {"finished"} and result["diverged_at_step"] is None
+    assert table["final_loss"].iloc[0] == pytest.approx(result["history"][-1]["loss"])
+
+
+def test_probe_names_non_finite_outputs():
+    class NaNs(torch.nn.Module):
+        def forward(self, x, blocked=None):
+            return x * float("nan")
+
+    assert causality_probe(NaNs(), d_model=4, seq_len=6)["verdict"] == "non-finite"
+
+
+def test_a_second_writer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_path):
+    profile = tiny_profile(tmp_path, steps=100000)
+    first = subprocess.Popen(CLI + ["run", "coordinate_binding", "--profile", profile, "--out", "run"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / "run" / ".lock"
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert json.loads(lock.read_text())["pid"] == first.pid
+        second = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run"], tmp_path)
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert f"is in use by process {first.pid}" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    (tmp_path / "run" / ".results.csv.stale.tmp").write_text("left by a kill")
+    third = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--steps", "4", "--append"],
+                    tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert f"taking over the lock of an earlier run that ended without releasing it (pid {first.pid}" in third.stderr
+    assert "removed .results.csv.stale.tmp" in third.stderr
+    assert not list((tmp_path / "run").glob(".*.tmp"))
+    assert lock.read_text() == ""  # released cleanly
+
+
+def test_another_plan_in_the_same_directory_is_refused_unless_appended(finished_run, tmp_path):
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    profile = "tiny.toml"
+    other = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seeds", "5,6"], tmp_path)
+    assert other.returncode == 2 and "holds another plan" in other.stderr and "seeds" in other.stderr
+    assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 1
+    appended = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seeds", "5,6",
+                        "--append"], tmp_path)
+    assert appended.returncode == 0, appended.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert len(manifest["cells"]) == 3 and len(list((tmp_path / "run" / "cells").glob("*.json"))) == 3
+    assert "3 readable of 3 planned" in (tmp_path / "run" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda r: r["eval"][0].update(accuracy="high"), "is malformed: eval.0.accuracy: 'high' is not of type 'number'"),
+    (lambda r: r.update(eval=[]), "is malformed: eval: [] should be non-empty"),
+    (lambda r: r["cell"].update(seed="0"), "is malformed: cell.seed: '0' is not of type 'integer'"),
+    (lambda r: r.update(cell_id="0" * 16), "holds cell 0000000000000000"),
+])
+def test_a_malformed_cell_is_named_by_report_and_retrained_on_resume(finished_run, tmp_path, damage, needle):
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    args = ["run", "coordinate_binding", "--profile", "tiny.toml", "--out", "run"]
+    path = next((tmp_path / "run" / "cells").glob("*.json"))
+    good = json.loads(path.read_text())
+    bad = json.loads(path.read_text())
+    damage(bad)
+    path.write_text(json.dumps(bad))
+    report = run_cli(["report", "run"], tmp_path)
+    assert report.returncode == 0 and "Traceback" not in report.stderr
+    assert needle in (tmp_path / "run" / "report.md").read_text()
+    resumed = run_cli(args, tmp_path)
+    assert resumed.returncode == 0 and f"cells/{path.name}" in resumed.stderr and "training it again" in resumed.stderr
+    again = json.loads(path.read_text())
+    assert again["eval"] == good["eval"]  # retrained from its seed: the same numbers
+
+
+def test_a_failing_report_leaves_the_previous_one_whole(finished_run, tmp_path, monkeypatch):
+    from tmem_bench.report import markdown, write_report
+
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    run = tmp_path / "run"
+    before = {p: p.read_bytes() for p in [run / "report.md", *sorted((run / "figures").iterdir())]}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the markdown step failed")
+
+    monkeypatch.setattr("tmem_bench.report.write.render_markdown", broken)
+    assert markdown.render_markdown is not broken
+    with pytest.raises(RuntimeError):
+        write_report(run)
+    after = {p: p.read_bytes() for p in [run / "report.md", *sorted((run / "figures").iterdir())]}
+    assert after == before
+    assert not [p for p in run.iterdir() if p.name.startswith(".report-")]
+    assert os.listdir(run / "figures")
