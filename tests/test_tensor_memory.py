@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import re
 import shutil
+import subprocess
 import sysconfig
+import tomllib
 import types
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 import torch
 
 from naive_tensor_memory import naive_twin
-from tmem_bench import tm_fast
+from tmem_bench import native, tm_fast
 from tmem_bench.errors import UsageError
 from tmem_bench.plan import make_plan
 from tmem_bench.probe import causality_probe
@@ -39,7 +42,7 @@ def _native_built(request):
     kernel = getattr(request.node, "callspec", None) and request.node.callspec.params.get("kernel")
     if kernel != "native":
         return
-    library, why = tm_fast._native_status()
+    library, why = native.native_status()
     if library is None:
         if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
             pytest.skip("TMEM_BENCH_NO_NATIVE is set")
@@ -112,12 +115,12 @@ def check_memory_against_naive_twin(case, kernel):
     case = dict(case)
     B, S = case.pop("batch"), case.pop("seq")
     torch.manual_seed(0)
-    memory = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, kernel=kernel, **case))
+    memory = TensorMemory(TensorMemoryConfig(**{"d_model": 16, "channels": 4, **case}, kernel=kernel))
     perturb(memory)
     naive = naive_twin(memory)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(B, S, 16, generator=g, requires_grad=True)
-    shape = (B, 4, *memory.config.grid)
+    shape = (B, memory.config.channels, *memory.config.grid)
     h0 = (0.5 * torch.randn(shape, generator=g)).requires_grad_()
     c0 = (0.5 * torch.randn(shape, generator=g)).requires_grad_()
     weight = torch.randn(B, S, 16, generator=g)
@@ -281,6 +284,22 @@ def test_native_recycled_buffers_and_no_grad_path(kernel):
         assert torch.equal(model(x), first[0])
 
 
+@pytest.mark.parametrize("kernel", ["native"])
+def test_evaluation_keeps_no_steps(monkeypatch, kernel):
+    """Under torch.no_grad (where a Function still sees needs_input_grad True) the native
+    scan saves no per-step state: evaluation allocates none of the backward's buffers."""
+    model = _native_model()
+    x = torch.randn(3, 6, 16, generator=torch.Generator().manual_seed(9))
+    expected = model(x)
+
+    def no_buffers(shape):
+        raise AssertionError(f"evaluation asked for a saved-state buffer {shape}")
+
+    monkeypatch.setattr(tm_fast, "_buffer", no_buffers)
+    with torch.no_grad():
+        assert torch.equal(model(x), expected)
+
+
 def test_buffer_pool_keeps_recent_shapes_only(monkeypatch):
     monkeypatch.setattr(tm_fast, "_free_buffers", {})
     shapes = [(i + 1, 3) for i in range(tm_fast._POOL_SHAPES + 2)]
@@ -309,12 +328,12 @@ def test_without_the_extension_auto_falls_back(monkeypatch):
     auto = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, grid=4, kernel="auto"))
     perturb(auto)
     with_extension = auto(x)[0]
-    monkeypatch.setattr(tm_fast, "_native", [])
+    monkeypatch.setattr(native, "_loaded", {})
 
-    def missing():
+    def missing(path=None):
         raise ImportError("no _scan")
 
-    monkeypatch.setattr(tm_fast, "_open_native", missing)
+    monkeypatch.setattr(native, "_open_native", missing)
     monkeypatch.setenv("TMEM_BENCH_NO_COMPILE", "1")
     assert tm_fast.resolve_kernel("auto", x) == "auto"
     fallback = auto(x)[0]
@@ -332,8 +351,8 @@ def test_stale_extension_is_refused(monkeypatch, stale):
     library = types.SimpleNamespace()  # a stand-in for the ctypes library: nothing else is looked up
     if found is not None:
         library.tm_interface_version = lambda: found
-    monkeypatch.setattr(tm_fast, "_open_native", lambda: library)
-    monkeypatch.setattr(tm_fast, "_native", [])
+    monkeypatch.setattr(native, "_open_native", lambda path=None: library)
+    monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.delenv("TMEM_BENCH_NO_NATIVE", raising=False)
     expected = f"interface version {found}, tm_fast expects {tm_fast.INTERFACE_VERSION}"
     x = torch.randn(2, 3)
@@ -349,7 +368,8 @@ def test_native_signatures_match_scan_c():
     source = (Path(__file__).resolve().parents[1] / "tmem_bench" / "_scan.c").read_text()
     version = re.search(r"^#define TM_INTERFACE_VERSION (\d+)$", source, re.M)
     assert version and int(version.group(1)) == tm_fast.INTERFACE_VERSION
-    ctype_of = {"int ": ctypes.c_int, "float *": tm_fast._FLOATS}
+    assert re.search(r"^const char \*tm_variant\(void\) {", source, re.M)
+    ctype_of = {"int ": ctypes.c_int, "float *": native._FLOATS}
     for name, signature in tm_fast.NATIVE_SIGNATURES.items():
         params = re.search(rf"^int {name}\(([^)]*)\) {{", source, re.M).group(1)
         declared = [re.fullmatch(r"(?:const )?(int |float \*)(\w+)", " ".join(p.split())).groups()
@@ -359,12 +379,12 @@ def test_native_signatures_match_scan_c():
 
 def test_native_call_takes_every_argument_by_name():
     with pytest.raises(TypeError, match=r"missing arguments \['N',.*unknown arguments \['Q'\]"):
-        tm_fast._native_call("tm_forward", B=1, Q=2)
+        native.native_call("tm_forward", B=1, Q=2)
     args = {arg: 1 if ctype is ctypes.c_int else torch.zeros(2) for arg, ctype in tm_fast.NATIVE_SIGNATURES["tm_forward"]}
     with pytest.raises(ValueError, match="h0 must be contiguous float32"):
-        tm_fast._native_call("tm_forward", **{**args, "h0": torch.zeros(2, dtype=torch.float64)})
+        native.native_call("tm_forward", **{**args, "h0": torch.zeros(2, dtype=torch.float64)})
     with pytest.raises(ValueError, match="c0 must be contiguous float32"):
-        tm_fast._native_call("tm_forward", **{**args, "c0": torch.zeros(2, 2).t()})
+        native.native_call("tm_forward", **{**args, "c0": torch.zeros(2, 2).t()})
 
 
 def test_native_is_float32_cpu_only():
@@ -379,6 +399,104 @@ def test_native_is_float32_cpu_only():
     assert tm_fast.resolve_kernel("auto", x.float(), x.float().bfloat16()) == "auto"
     with pytest.raises(RuntimeError, match="torch.bfloat16"):
         tm_fast.resolve_kernel("native", x.float(), x.float().bfloat16())
+
+
+@pytest.mark.parametrize("variant,expected", [("avx512", "native"), ("avx2", "native"), ("sse", "native"),
+                                              ("generic", "auto"), (None, "auto")])
+def test_auto_takes_native_for_measured_variants_only(monkeypatch, variant, expected):
+    """`auto` runs the native scan only for a build whose variant was measured faster than
+    the compiled step; the generic variant (not x86), or no build, leaves it to the PyTorch scan."""
+    monkeypatch.setattr(tm_fast, "native_variant", lambda: variant)
+    assert tm_fast.resolve_kernel("auto", torch.zeros(2)) == expected
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return set(next((line.split(":", 1)[1] for line in text.splitlines() if line.startswith("flags")), "").split())
+
+
+def build_flags() -> list[str]:
+    """The extension's compile arguments from pyproject.toml, without its -march."""
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    module = next(m for m in project["tool"]["setuptools"]["ext-modules"] if m["name"] == "tmem_bench._scan")
+    return [a for a in module["extra-compile-args"] if not a.startswith("-march")] + module["extra-link-args"]
+
+
+# Each vector variant of _scan.c: the flags that select it and the CPU flags it needs to run.
+VARIANTS = {
+    "avx512": (["-march=native"], {"avx512f"}),
+    "avx2": (["-march=native", "-mno-avx512f"], {"avx2", "fma"}),
+    "generic": ([], set()),  # no -march: SSE2 on x86-64 (reported as sse), NEON on ARM
+}
+
+
+@pytest.fixture(scope="module")
+def variant_builds(tmp_path_factory):
+    """Every variant of _scan.c this machine can build and run, compiled side by side into a
+    temporary directory on first use: variant -> (path, "") or (None, why it is skipped)."""
+    where = tmp_path_factory.mktemp("variants")
+    source = Path(__file__).resolve().parents[1] / "tmem_bench" / "_scan.c"
+    compiler, flags_here = c_compiler(), cpu_flags()
+    built, running = {}, {}
+    for variant, (flags, needs) in VARIANTS.items():
+        if compiler is None:
+            built[variant] = None, "no C compiler here"
+        elif needs and platform.machine() not in ("x86_64", "AMD64"):
+            built[variant] = None, f"the {variant} variant is x86 only"
+        elif not needs <= flags_here:
+            built[variant] = None, f"this CPU lacks {sorted(needs - flags_here)}, which the {variant} variant needs"
+        else:
+            out = where / f"scan_{variant}.so"
+            cmd = [compiler, *flags, *build_flags(), "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                   str(source), "-o", str(out)]
+            running[variant] = cmd, out, subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    for variant, (cmd, out, process) in running.items():
+        _, err = process.communicate()
+        if process.returncode == 0:
+            built[variant] = str(out), ""
+        elif native.native_library() is None:  # the extension cannot be built here either (no OpenMP, ...)
+            built[variant] = None, f"{' '.join(cmd)} failed: {err[-500:]}"
+        else:
+            built[variant] = None, f"FAILED although the extension is built here: {' '.join(cmd)}\n{err}"
+    return built
+
+
+VARIANT_CASES = [
+    dict(batch=3, seq=5, chunk_size=1, grid=(3, 4, 5), channels=16),  # 60 voxels: full register tiles
+    dict(batch=2, seq=4, chunk_size=2, grid=(2, 3, 3), channels=8),  # 18 voxels, 16 rows: other tiles, a partial vector block
+]
+
+
+@pytest.mark.parametrize("kernel", ["native"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_native_variant_matches_naive_twin(monkeypatch, variant_builds, variant, kernel):
+    """Each vector variant that this machine can build and run, loaded through
+    TMEM_BENCH_NATIVE_LIB, against the naive twin: outputs and gradients."""
+    path, why = variant_builds[variant]
+    if path is None:
+        if why.startswith("FAILED"):
+            pytest.fail(why)
+        pytest.skip(why)
+    monkeypatch.setenv(native.LIBRARY_ENV, path)
+    monkeypatch.setattr(native, "_chosen", [])
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    assert native.library_path() == path
+    assert native.native_variant() == ("sse" if variant == "generic" and x86 else variant)
+    for case in VARIANT_CASES:
+        check_memory_against_naive_twin(case, kernel)
+
+
+def test_an_unloadable_native_library_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv(native.LIBRARY_ENV, str(tmp_path / "missing.so"))
+    monkeypatch.setattr(native, "_chosen", [])
+    monkeypatch.delenv("TMEM_BENCH_NO_NATIVE", raising=False)
+    assert native.native_library() is None and native.native_variant() is None
+    assert tm_fast.resolve_kernel("auto", torch.zeros(2)) == "auto"
+    with pytest.raises(RuntimeError, match="could not be opened from TMEM_BENCH_NATIVE_LIB"):
+        tm_fast.resolve_kernel("native", torch.zeros(2))
 
 
 def test_state_size_is_fixed():

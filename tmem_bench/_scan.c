@@ -3,10 +3,11 @@
  * state, gates and gradients in cache from the first step to the last.
  *
  * The same computation as tm_fast.forward_step / backward_step (see there for the
- * maths); tests/test_tensor_memory.py holds both to the naive twin. Python calls
- * these through ctypes, by the argument names of tm_fast.NATIVE_SIGNATURES, which
- * must list them as declared here; the module init below exists only so that
- * setuptools can build the file as an ordinary (optional) extension of the package.
+ * maths); tests/test_tensor_memory.py holds both, and each vector variant below,
+ * to the naive twin. Python calls these through ctypes (tmem_bench/native.py), by
+ * the argument names of native.NATIVE_SIGNATURES, which must list them as declared
+ * here; the module init below exists only so that setuptools can build the file as
+ * an ordinary (optional) extension of the package.
  *
  * Layouts, all float32 and contiguous, P = D*H*W voxels, C channels, each step
  * of each sequence at index (b, n):
@@ -33,11 +34,44 @@
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
+
+/* The vector width and the gemm's register tile follow the instruction set the file
+ * is compiled for (the build uses -march=native): a tile of up to TR_A rows by NV
+ * vectors keeps its accumulators, NV row vectors of B and a broadcast in registers,
+ * which must fit the register file or every k step spills. AVX-512 has 32 registers
+ * of 16 floats; AVX2 16 of 8; the generic variant (sse on x86, NEON, anything else)
+ * is sized for 16 registers of 4. Rows go in blocks of TR_A where that tiles them exactly, else
+ * of TR_B (AVX-512: the weight gradient's 2C rows in 8s, 216 voxels in 8s as well;
+ * AVX2: voxels in 6s, 2C rows in 4s). */
+#if defined(__AVX512F__)
+#define TM_VARIANT "avx512"
 #define VW 16
+#define NV 4
+#define TR_A 8
+#define TR_B 6
+#elif defined(__AVX2__)
+#define TM_VARIANT "avx2"
+#define VW 8
+#define NV 2
+#define TR_A 6
+#define TR_B 4
+#else
+#if defined(__x86_64__) || defined(__i386__)
+#define TM_VARIANT "sse"  /* x86 without AVX2: the same code as generic, told apart for tm_fast's "auto" */
+#else
+#define TM_VARIANT "generic"
+#endif
+#define VW 4
+#define NV 2
+#define TR_A 6
+#define TR_B 4
+#endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));  /* unaligned loads allowed */
 
 /* exp(x) - 1 through a degree-6 polynomial (Cephes expf) after reducing x to
- * n ln2 + r: vectorises, unlike libm, and keeps full relative precision near 0. */
+ * n ln2 + r: vectorises, unlike libm, and keeps full relative precision near 0.
+ * Without AVX-512's masks, the loops that call it vectorise only where the compiler
+ * may evaluate both sides of its selects: -fno-trapping-math (pyproject.toml). */
 static inline float fexpm1(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round to nearest */
@@ -63,16 +97,16 @@ static inline float ftanh(float x) {
     return x < 0 ? -t : t;
 }
 
-/* out[i, :cols] (+)= bias + sum_k A[i*sar + k*sak] * Bm[k, :cols] for nr <= 8 rows and
- * nv <= 4 vectors of columns; constant nr and nv after inlining keep acc in registers. */
+/* out[i, :cols] (+)= bias + sum_k A[i*sar + k*sak] * Bm[k, :cols] for nr <= max(TR_A, TR_B) rows
+ * and nv <= NV vectors of columns; constant nr and nv after inlining keep acc in registers. */
 INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, int sak, const float *Bm, int ldb,
                  float *O, int ldo, const float *bias, int accumulate) {
-    vf acc[8][4];
+    vf acc[TR_A > TR_B ? TR_A : TR_B][NV];
     for (int i = 0; i < nr; i++)
         for (int v = 0; v < nv; v++)
             acc[i][v] = bias ? *(const vf *)(bias + v * VW) : (vf){0};
     for (int k = 0; k < red; k++) {
-        vf b[4];
+        vf b[NV];
         for (int v = 0; v < nv; v++) b[v] = *(const vf *)(Bm + k * ldb + v * VW);
         for (int i = 0; i < nr; i++) {
             float a = A[i * sar + k * sak];
@@ -86,27 +120,25 @@ INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, i
         }
 }
 
-/* Row blocks of 8 where they tile the rows exactly (the weight gradient's 2C rows),
- * else of 6 (216 voxels = 36 x 6); 6 x 4 accumulators fit the 32 vector registers. */
-#define TILE_ROWS(nv)                                                                                       \
-    do {                                                                                                    \
-        int i = 0;                                                                                          \
-        if (rows % 8 == 0)                                                                                  \
-            for (; i + 8 <= rows; i += 8)                                                                   \
-                tile(8, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate); \
-        for (; i + 6 <= rows; i += 6)                                                                       \
-            tile(6, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
-        for (; i < rows; i++)                                                                               \
-            tile(1, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
+#define TILE_ROWS(nv)                                                                                        \
+    do {                                                                                                     \
+        int i = 0;                                                                                           \
+        if (rows % TR_A == 0)                                                                                \
+            for (; i + TR_A <= rows; i += TR_A)                                                              \
+                tile(TR_A, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate); \
+        for (; i + TR_B <= rows; i += TR_B)                                                                  \
+            tile(TR_B, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
+        for (; i < rows; i++)                                                                                \
+            tile(1, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);        \
     } while (0)
 
 /* O (rows, cols) (+)= [bias +] A @ Bm with A's element (i, k) at A[i*sar + k*sak]. */
 INLINE void gemm(int rows, int red, int cols, const float *A, int sar, int sak, const float *Bm, int ldb, float *O,
                  int ldo, const float *bias, int accumulate) {
     int j = 0;
-    for (; j + 4 * VW <= cols; j += 4 * VW) {
+    for (; j + NV * VW <= cols; j += NV * VW) {
         const float *bj = bias ? bias + j : NULL;
-        TILE_ROWS(4);
+        TILE_ROWS(NV);
     }
     for (; j + VW <= cols; j += VW) {
         const float *bj = bias ? bias + j : NULL;
@@ -438,12 +470,16 @@ static float *alloc(size_t n) {
     return posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) ? NULL : (float *)p;
 }
 
-/* tm_fast.py refuses a build whose interface version is not its own INTERFACE_VERSION:
+/* native.py refuses a build whose interface version is not its own INTERFACE_VERSION:
  * ctypes cannot see a signature, so a stale build would otherwise read its arguments
- * from the wrong places. Bump it with every change to a signature below. */
-#define TM_INTERFACE_VERSION 1
+ * from the wrong places. Bump it with every change to a signature or exported function below. */
+#define TM_INTERFACE_VERSION 2
 
 int tm_interface_version(void) { return TM_INTERFACE_VERSION; }
+
+/* Which of the vector variants above this build is: results record it, and tm_fast's
+ * "auto" takes the native scan only for variants measured faster than the alternatives. */
+const char *tm_variant(void) { return TM_VARIANT; }
 
 int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nthreads,
                const float *cz, const float *uy, const float *ux, const float *bvol, const float *wz,

@@ -16,23 +16,27 @@ takes them (and the read weights' factors); the PyTorch path forms the (D, H)
 part outside the loop (`cyz`) and the full volume inside the step, where a
 compiled kernel never writes it to memory.
 
-On CPU in float32 the whole scan runs by default in `_scan.c` (kernel "native"),
-built by `pip install` as an optional extension: one C call per direction, each
-sequence's recurrence kept in cache from its first step to its last, every volume
-formed from its factors in C. Wherever the
-extension is not built (no C compiler, no OpenMP, an uninstalled checkout), or is
-switched off with TMEM_BENCH_NO_NATIVE=1, "auto" takes the compiled step, and
-eager PyTorch where compilation fails. A stale build (its interface version is not
-INTERFACE_VERSION) is never called: "auto" warns and falls back the same way.
+On CPU in float32 the whole scan can run in `_scan.c` (kernel "native"), built by
+`pip install` as an optional extension for the instruction set of the machine that
+builds it (its variant: avx512, avx2 or generic; see `native.py`): one C call per
+direction, each sequence's recurrence kept in cache from its first step to its last,
+every volume formed from its factors in C. "auto" takes it where its variant is one
+of AUTO_NATIVE_VARIANTS. Elsewhere, and wherever the extension is not built (no C
+compiler, no OpenMP, an uninstalled checkout) or is switched off with
+TMEM_BENCH_NO_NATIVE=1, "auto" takes the compiled step, and eager PyTorch where
+compilation fails. A stale build (its interface version is not INTERFACE_VERSION)
+is never called: "auto" warns and falls back the same way.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import warnings
 
 import torch
 import torch.nn.functional as F
+
+from .native import (INTERFACE_VERSION, NATIVE_SIGNATURES, WEIGHTS, native_call, native_library,  # noqa: F401
+                     native_status, native_variant)
 
 KERNELS = ("auto", "native", "compiled", "eager")
 
@@ -152,84 +156,13 @@ def compiled_available() -> bool:
     return not _compile_failed and os.environ.get("TMEM_BENCH_NO_COMPILE", "") in ("", "0")
 
 
-# The C functions' arguments in `_scan.c`'s order, each by its name there; calls pass
-# them by name (`_native_call`), so this list is the one place that knows the order.
-_INT, _FLOATS = ctypes.c_int, ctypes.POINTER(ctypes.c_float)
-_SIZES = [(name, _INT) for name in ("B", "N", "D", "H", "W", "C", "factorised", "nthreads")]
-_WEIGHTS = ["cz", "uy", "ux", "bvol", "wz", "wy", "wx"]
-NATIVE_SIGNATURES = {
-    "tm_forward": _SIZES + [(name, _FLOATS) for name in (
-        *_WEIGHTS, "h0", "c0", "taps", "biases", "mix_w", "mix_b",
-        "reads", "hN", "cN", "hs", "cs", "gs")],
-    "tm_backward": _SIZES + [(name, _FLOATS) for name in (
-        *_WEIGHTS, "taps", "biases", "mix_w", "hs", "cs", "gs", "d_reads", "d_hN", "d_cN",
-        "d_cz", "d_uy", "d_ux", "d_wz", "d_wy", "d_wx", "d_h0", "d_c0", "gparts", "gsum")],
-}
-# Must equal TM_INTERFACE_VERSION in _scan.c; bump both with every change to a signature.
-INTERFACE_VERSION = 1
-
-_native: list = []  # [library or None, why it is None], loaded on first use
-
-
-def _open_native():
-    from tmem_bench import _scan
-    return ctypes.CDLL(_scan.__file__)
-
-
-def _load_native() -> tuple[object, str]:
-    """The extension with its functions' signatures declared, or None and why not."""
-    try:
-        lib = _open_native()
-    except (ImportError, OSError):
-        return None, "is not built here (reinstall with a C compiler that supports OpenMP)"
-    try:
-        version_of = lib.tm_interface_version
-    except AttributeError:  # a build from before interface versions
-        found = None
-    else:
-        version_of.argtypes, version_of.restype = [], ctypes.c_int
-        found = version_of()
-    if found != INTERFACE_VERSION:
-        why = (f"is a stale build: interface version {found}, tm_fast expects {INTERFACE_VERSION} "
-               "(rebuild it: pip install -e .)")
-        warnings.warn(f"the native Tensor Memory kernel {why}; using the PyTorch scan")
-        return None, why
-    for name, signature in NATIVE_SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = [ctype for _, ctype in signature], ctypes.c_int
-    return lib, ""
-
-
-def _native_status() -> tuple[object, str]:
-    if os.environ.get("TMEM_BENCH_NO_NATIVE", "") not in ("", "0"):
-        return None, "is switched off (TMEM_BENCH_NO_NATIVE)"
-    if not _native:
-        _native.extend(_load_native())
-    return _native[0], _native[1]
-
-
-def native_library():
-    """The ctypes handle of the built `_scan` extension, or None where it is unavailable."""
-    return _native_status()[0]
-
-
-def _native_call(name: str, **args) -> int:
-    """Call `name` of the extension with every argument of NATIVE_SIGNATURES[name], by name;
-    tensors (float32, contiguous) go as pointers, None as NULL."""
-    signature = NATIVE_SIGNATURES[name]
-    missing = [arg for arg, _ in signature if arg not in args]
-    unknown = sorted(set(args) - {arg for arg, _ in signature})
-    if missing or unknown:
-        raise TypeError(f"{name}: missing arguments {missing}, unknown arguments {unknown}")
-    values = []
-    for arg, ctype in signature:
-        value = args[arg]
-        if ctype is _FLOATS and value is not None:
-            if value.dtype != torch.float32 or not value.is_contiguous():
-                raise ValueError(f"{name}: {arg} must be contiguous float32, got {value.dtype} {tuple(value.stride())}")
-            value = ctypes.cast(value.data_ptr(), _FLOATS)
-        values.append(value)
-    return getattr(native_library(), name)(*values)
+# The native variants that `auto` takes: those measured faster than the compiled step
+# (benchmarks/bench_tensor_step.py, results in benchmarks/results/tensor_step_*.json;
+# sse against a compiled step that still had AVX2, which a CPU without AVX2 lacks too).
+# A build's variant is fixed when it is compiled, so a machine always makes the same
+# choice. The generic variant (ARM and anything else) has not been measured, so there
+# "auto" takes the compiled step.
+AUTO_NATIVE_VARIANTS = ("avx512", "avx2", "sse")
 
 
 def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
@@ -240,12 +173,23 @@ def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
         if not native_ok:
             found = sorted({f"{t.dtype} on {t.device}" for t in tensors})
             raise RuntimeError(f"the native Tensor Memory kernel runs float32 on CPU only, got {', '.join(found)}")
-        lib, why = _native_status()
+        lib, why = native_status()
         if lib is None:
             raise RuntimeError(f"the native Tensor Memory kernel {why}; use kernel auto, compiled or eager")
         return "native"
-    if kernel == "auto" and native_ok and native_library() is not None:
+    if kernel == "auto" and native_ok and native_variant() in AUTO_NATIVE_VARIANTS:
         return "native"
+    return kernel
+
+
+def kernel_that_runs(kernel: str, *tensors: torch.Tensor) -> str:
+    """What a scan over `tensors` asked to run `kernel` runs now, for the record:
+    "native (<variant>)", "compiled" or "eager"."""
+    kernel = resolve_kernel(kernel, *tensors)
+    if kernel == "native":
+        return f"native ({native_variant()})"
+    if kernel == "auto":
+        return "compiled" if compiled_available() else "eager"
     return kernel
 
 
@@ -274,14 +218,14 @@ def _release(tensors) -> None:
 class NativeScan(torch.autograd.Function):
     """The same scan as TensorMemoryScan through `_scan.c`, on the write and read
     weights' 1D factors (formed into volumes inside C, never in memory), batch first;
-    the arguments are those of `scan`, in its order."""
+    the arguments are those of `scan`, in its order, then whether to keep each step's
+    state and gates for a backward."""
 
     @staticmethod
-    def forward(ctx, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool):
+    def forward(ctx, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, keep: bool):
         B, N, D, C = cz.shape
         H, W = uy.shape[2], ux.shape[2]
         P = D * H * W
-        keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
         ins = dict(cz=cz, uy=uy, ux=ux, bvol=bvol, wz=wz, wy=wy, wx=wx, h0=h0, c0=c0, taps=taps, biases=biases,
                    mix_w=mix_w, mix_b=mix_b)
         ins = {name: t.contiguous() for name, t in ins.items()}
@@ -289,12 +233,12 @@ class NativeScan(torch.autograd.Function):
         # Each step's input state and activated gates, for the backward.
         shapes = dict(hs=(B, N, P, C), cs=(B, N, P, C), gs=(B, N, P, 4 * C))
         steps = {name: _buffer(shape) if keep else None for name, shape in shapes.items()}
-        status = _native_call("tm_forward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(factorised),
+        status = native_call("tm_forward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(factorised),
                               nthreads=torch.get_num_threads(), **ins, **outs, **steps)
         if status:
             raise MemoryError("the native Tensor Memory forward could not allocate its buffers")
         if keep:
-            ctx.saved_names = [*_WEIGHTS, "taps", "biases", "mix_w", *steps]
+            ctx.saved_names = [*WEIGHTS, "taps", "biases", "mix_w", *steps]
             tensors = {**ins, **steps}
             ctx.save_for_backward(*(tensors[name] for name in ctx.saved_names))
         ctx.factorised, ctx.released = factorised, False
@@ -316,7 +260,7 @@ class NativeScan(torch.autograd.Function):
         gparts, gsum = _buffer((B, sum(sizes))), saved["cz"].new_empty(sum(sizes))
         d_reads = saved["cz"].new_zeros((B, N, C)) if d_reads is None else d_reads.contiguous()
         d_hN, d_cN = (None if t is None else t.contiguous() for t in (d_hN, d_cN))
-        status = _native_call("tm_backward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(ctx.factorised),
+        status = native_call("tm_backward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(ctx.factorised),
                               nthreads=torch.get_num_threads(), **saved, d_reads=d_reads, d_hN=d_hN, d_cN=d_cN,
                               **grads, gparts=gparts, gsum=gsum)
         ctx.released = True
@@ -328,7 +272,7 @@ class NativeScan(torch.autograd.Function):
         d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = gsum.split(sizes)
         return (grads["d_cz"], grads["d_uy"], grads["d_ux"], d_bvol.view(H, W, C), grads["d_wz"], grads["d_wy"],
                 grads["d_wx"], grads["d_h0"], grads["d_c0"], d_taps.view(3, 3, C), d_biases.view(3, C),
-                d_mix_w.view(2 * C, 4 * C), d_mix_b, None)
+                d_mix_w.view(2 * C, 4 * C), d_mix_b, None, None)
 
 
 def _step_functions(kernel: str):
@@ -375,10 +319,10 @@ class TensorMemoryScan(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str):
+    def forward(ctx, cyz, ux, bvol, w3, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, kernel: str,
+                keep: bool):
         # cyz (N, B, D, H, C), ux (N, B, W, C), bvol (H, W, C), w3 (N, B, D, H, W), h0 / c0 (B, D, H, W, C)
         ctx.factorised, ctx.kernel = factorised, kernel
-        keep = any(ctx.needs_input_grad)  # evaluation keeps no per-step tensors
         fwd, _, compiled = _step_functions(kernel)
         N, B = cyz.shape[:2]
         # Tiles are a CPU cache measure; a GPU wants the whole batch in each kernel.
@@ -425,7 +369,7 @@ class TensorMemoryScan(torch.autograd.Function):
                 parts.append(out[5:])
             d_h0[b0:b1], d_c0[b0:b1] = dh, dc
         d_bvol, d_taps, d_biases, d_mix_w, d_mix_b = (torch.stack(p).sum(0) for p in zip(*parts))
-        return d_cyz, d_ux, d_bvol, d_w3, d_h0, d_c0, d_taps, d_biases, d_mix_w, d_mix_b, None, None
+        return d_cyz, d_ux, d_bvol, d_w3, d_h0, d_c0, d_taps, d_biases, d_mix_w, d_mix_b, None, None, None
 
 
 def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Tensor, wz: torch.Tensor,
@@ -471,7 +415,8 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
             if False they are unused.
         kernel (str):
             "native" (`_scan.c`, float32 on CPU), "compiled" (torch.compile'd step),
-            "eager", or "auto" (native where it can run, else compiled, else eager).
+            "eager", or "auto" (native where its variant is in AUTO_NATIVE_VARIANTS, else
+            compiled, else eager).
             Default: "auto".
 
     Returns:
@@ -482,11 +427,16 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
     """
     args = (cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)
     kernel = resolve_kernel(kernel, *args)
+    # Only a scan that autograd will differentiate keeps each step's state and gates (the
+    # native scan: 1.3 GB per layer at the evaluation batch of 512). Inside a Function's
+    # forward this is no longer visible: grad mode is off there, and needs_input_grad
+    # stays True under torch.no_grad.
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in args)
     if kernel == "native":
-        return NativeScan.apply(*args, factorised)
+        return NativeScan.apply(*args, factorised, keep)
     cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
     w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
     reads, hN, cN = TensorMemoryScan.apply(
         cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol, w3.transpose(0, 1).contiguous(),
-        h0, c0, taps, biases, mix_w, mix_b, factorised, kernel)
+        h0, c0, taps, biases, mix_w, mix_b, factorised, kernel, keep)
     return reads.transpose(0, 1), hN, cN
