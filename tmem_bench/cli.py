@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from .errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
+MAX_SEEDS = 1000  # seeds per cell from a count; a list may name any seeds
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +33,8 @@ def parse_levels(items: list[str]) -> dict[str, list]:
         axis, sep, values = item.partition("=")
         if not sep or not axis or not values:
             raise UsageError(f"--level {item!r} is malformed; expected AXIS=V1,V2,... (for example n_writes=5,10)")
+        if axis in levels:
+            raise UsageError(f"--level {axis} is given twice; give all its values once: --level {axis}=V1,V2,...")
         levels[axis] = [_number(v, f"--level {axis}") for v in values.split(",")]
     return levels
 
@@ -58,6 +62,8 @@ def parse_seeds(text: str | None):
     if len(values) == 1:
         if values[0] <= 0:
             raise UsageError(f"--seeds count must be positive, got {values[0]}")
+        if values[0] > MAX_SEEDS:
+            raise UsageError(f"--seeds count must be at most {MAX_SEEDS}, got {values[0]}")
         return list(range(values[0]))
     return values
 
@@ -74,9 +80,14 @@ def positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tmem-bench", description="Diagnostic toy tasks for memory in sequence models.")
+    parser.add_argument("--debug", action="store_true", help="on an error, also print the full traceback")
+    # Also accepted after the subcommand; SUPPRESS keeps a subcommand from resetting it to False.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", help="train and evaluate every cell of a task (or 'all') under a profile")
+    run = sub.add_parser("run", parents=[debug],
+                         help="train and evaluate every cell of a task (or 'all') under a profile")
     run.add_argument("task", help="a task name (see `tmem-bench list`) or 'all'")
     run.add_argument("--profile", default="quick", help="profile name or path to a TOML file (default: quick)")
     run.add_argument("--models", help="comma-separated model names or module:attribute, replacing the profile's")
@@ -89,12 +100,71 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
     run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
     run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
+    run.add_argument("--append", action="store_true",
+                     help="add this plan's cells to a run directory that holds a different plan")
+    run.add_argument("--executor", default="serial", metavar="serial|local|ray|slurm",
+                     help="where the cells run: serial (in this process, the default), local (a process pool), "
+                          "ray (one Ray task per cell), slurm (a job array through submitit)")
+    run.add_argument("--workers", type=positive, metavar="N",
+                     help="local: worker processes (default one per GPU, else one per core); "
+                          "slurm: array tasks at once")
+    run.add_argument("--address", metavar="ADDR",
+                     help="ray: the address of a running Ray cluster (default: start a local Ray)")
+    run.add_argument("--cpus-per-cell", type=positive, metavar="N",
+                     help="CPU cores (torch threads) each cell gets; the same count gives the same CPU numbers "
+                          "under every executor (default: this process's threads, or the cores split among workers)")
+    run.add_argument("--gpus-per-cell", type=float, metavar="N",
+                     help="GPUs each cell gets (ray: may be a fraction; slurm: whole)")
+    run.add_argument("--retries", type=int, default=1, metavar="N",
+                     help="tries after a cell's first failure before it is recorded in failed/ (default 1)")
+    run.add_argument("--slurm-partition", metavar="NAME", help="slurm: the partition the jobs are submitted to")
+    run.add_argument("--slurm-time", default="240", metavar="TIME",
+                     help="slurm: time limit per cell, MINUTES, H:MM:SS or D-HH:MM:SS (default 240 minutes)")
+    run.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="slurm: an extra sbatch option (repeatable), e.g. account=proj, qos=high, constraint=a100")
+    run.add_argument("--slurm-cluster", default="slurm", metavar="slurm|local",
+                     help="slurm: 'local' runs the jobs as processes on this machine through submitit, to try a setup")
 
-    rep = sub.add_parser("report", help="write report.md and figures/ of a run from its stored cell results")
+    jobs = sub.add_parser("jobs", parents=[debug], help="the jobs running a run's cells; --cancel stops them")
+    jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run directory started with --executor slurm (or any)")
+    jobs.add_argument("--cancel", action="store_true", help="cancel the run's jobs still queued or running")
+
+    rep = sub.add_parser("report", parents=[debug],
+                         help="write report.md and figures/ of a run from its stored cell results")
     rep.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds manifest.json and cells/)")
 
     lst = sub.add_parser("list", help="tasks with their sweep axes and levels, models, profiles")
     lst.add_argument("--params", action="store_true", help="also print each model's parameter count per task")
+
+    chk = sub.add_parser("check", parents=[debug],
+                         help="conformance checks a backbone must pass (exit 0: all pass, 1: one fails)")
+    chk.add_argument("model", metavar="MODEL", help="a registered model name or module:attribute")
+    chk.add_argument("--d-model", type=positive, default=16, help="model width the checks build (default 16)")
+    chk.add_argument("--n-layers", type=positive, default=2, help="layers (default 2)")
+    chk.add_argument("--n-heads", type=positive, default=2, help="heads (default 2)")
+    chk.add_argument("--seq-len", type=positive, default=16, help="sequence length fed to the model (default 16)")
+    chk.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="a model option passed to its factory (repeatable), e.g. --option kernel=eager")
+
+    board = sub.add_parser("leaderboard", parents=[debug],
+                           help="submit a run as entries, validate entries, build the board")
+    actions = board.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    submit = actions.add_parser("submit", parents=[debug],
+                                help="write leaderboard/entries/<slug>/ for each model of a finished run")
+    submit.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (manifest.json and cells/)")
+    submit.add_argument("--name", required=True,
+                        help="the entry's name; with several models, one entry per model named 'NAME (label)'")
+    submit.add_argument("--model", metavar="LABEL", help="submit only this model of the run")
+    submit.add_argument("--url", help="a link to the paper or code (http or https)")
+    submit.add_argument("--description", help="one or two sentences shown with the entry")
+    submit.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
+    validate = actions.add_parser("validate", parents=[debug],
+                                  help="recompute every entry from its cells; exit 1 when one is rejected")
+    validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
+                          help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
+    build = actions.add_parser("build", parents=[debug],
+                               help="validate every entry, then write README.md and index.html")
+    build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
     return parser
 
 
@@ -102,14 +172,22 @@ def cmd_run(args) -> int:
     import torch
     from rich.console import Console
 
-    from .plan import Overrides, make_plan
+    from .errors import check_int
+    from .executors import ExecutorOptions, sbatch_options, usable
+    from .plan import Overrides, check_sizes, make_plan
     from .report import summary_table
+    from .results import read_failures
+    from .rundir import prepare_run_dir
     from .runner import run_plan
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
+    if args.models is not None and not all(m.strip() for m in args.models.split(",")):
+        raise UsageError(f"--models {args.models!r} names an empty model; give comma-separated names")
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out is empty; give a run directory")
     overrides = Overrides(
-        models=args.models.split(",") if args.models else None,
+        models=[m.strip() for m in args.models.split(",")] if args.models is not None else None,
         levels=parse_levels(args.level),
         train_at=parse_train_at(args.train_at),
         seeds=parse_seeds(args.seeds),
@@ -117,18 +195,60 @@ def cmd_run(args) -> int:
         batch_size=args.batch_size,
     )
     cells = make_plan(args.task, args.profile, overrides)
+    check_sizes(cells, args.device)
+    executor = usable(ExecutorOptions(
+        kind=args.executor, workers=args.workers, address=args.address, cpus_per_cell=args.cpus_per_cell,
+        gpus_per_cell=args.gpus_per_cell, slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
+        slurm_options=sbatch_options(args.slurm_option),
+        slurm_cluster=args.slurm_cluster))
+    check_int("--retries", args.retries, minimum=0)
     profile_stem = Path(args.profile).stem
-    run_dir = Path(args.out or f"runs/{args.task}-{profile_stem}")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UsageError(f"--out {str(run_dir)!r} exists and is not a directory")
+    run_dir = prepare_run_dir(Path(args.out or f"runs/{args.task}-{profile_stem}"))
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
-    results = run_plan(cells, run_dir, device=args.device, settings=settings)
+    results = run_plan(cells, run_dir, device=args.device, settings=settings, append=args.append,
+                       executor=executor, retries=args.retries)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_table(results))
+    planned = {c.id for c in cells}
+    failures = {cid: f for cid, f in read_failures(run_dir).items() if cid in planned}
+    for cid, f in failures.items():
+        print(f"FAILED {f.get('describe', cid)} after {f.get('attempts', '?')} attempt(s): {f.get('error')} "
+              f"(traceback in {run_dir / 'failed' / f'{cid}.json'})", file=sys.stderr)
     print(f"results: {run_dir / 'results.csv'}")
     if not args.no_report:
         from .report import write_report
 
         print(f"report: {write_report(run_dir).path}")
+    if failures:
+        print(f"tmem-bench: {len(failures)} of {len(cells)} cells failed; rerun the same command to try them again",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_jobs(args) -> int:
+    from .executors import cancel_jobs, job_states, read_jobs_record
+    from .results import cell_path, failed_path
+
+    run_dir = Path(args.run_dir)
+    record = read_jobs_record(run_dir)
+    driver = record.get("driver", {})
+    if record["executor"] != "slurm":
+        where = f"process {driver.get('pid')} on {driver.get('host')} (since {driver.get('since')})"
+        if args.cancel:
+            raise UsageError(f"--cancel: the cells of {str(run_dir)!r} run under their driver, {where}; "
+                             "stop that process to cancel them")
+        print(f"{record['executor']} executor: the cells run under their driver, {where}")
+        return 0
+    rows = job_states(run_dir, record)
+    for row in rows:
+        cell = ("finished" if cell_path(run_dir, row["cell"]).exists()
+                else "failed" if failed_path(run_dir, row["cell"]).exists() else "not finished")
+        print(f"{row['job']:>14}  {row['state']:<12}  cell {row['cell']} {cell}")
+    print(f"{len(rows)} job(s) on {record.get('cluster')}, submitted by process {driver.get('pid')} "
+          f"on {driver.get('host')}; logs in {run_dir / record.get('folder', '')}")
+    if args.cancel:
+        cancelled = cancel_jobs(run_dir, record, rows)
+        print(f"cancelled {len(cancelled)} job(s) still queued or running; rerun the run's command to resume")
     return 0
 
 
@@ -216,11 +336,95 @@ def cmd_list(args) -> int:
     return 0
 
 
+def parse_options(items: list[str]) -> dict:
+    """--option KEY=VALUE items -> factory options; numbers and true/false are typed, anything else is a string."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"--option {item!r} is malformed; expected KEY=VALUE (for example kernel=eager)")
+        if value.lower() in ("true", "false"):
+            options[key] = value.lower() == "true"
+        else:
+            try:
+                options[key] = _number(value, f"--option {key}")
+            except UsageError:
+                options[key] = value
+    return options
+
+
+def cmd_check(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .conformance import Spec, run_checks
+    from .registry import BACKBONES
+
+    try:
+        factory = BACKBONES.get(args.model)  # an unknown name fails here with the list of known ones
+    except (ImportError, AttributeError) as e:
+        raise UsageError(f"cannot load model {args.model!r}: {e}") from None
+    spec = Spec(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, seq_len=args.seq_len,
+                options=parse_options(args.option))
+    try:
+        factory(d_model=spec.d_model, n_layers=spec.n_layers, n_heads=spec.n_heads, **spec.options)
+    except (TypeError, ValueError) as e:  # an option or size the factory refuses: bad input, not a failed check
+        raise UsageError(f"model {args.model!r}: {e}") from None
+    except Exception:  # noqa: BLE001 - the model's own failure: the `builds` check reports it
+        pass
+    results = run_checks(factory, spec)
+    table = Table(title=f"conformance of {args.model}")
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.name, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", r.detail)
+    Console(width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
+    failed = [r.name for r in results if not r.passed]
+    print(f"{args.model}: {len(results) - len(failed)} of {len(results)} checks pass"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _print_rejections(validation) -> None:
+    for line in validation.rejections:
+        print(f"rejected: {line}", file=sys.stderr)
+
+
+def cmd_leaderboard(args) -> int:
+    from .leaderboard import build, submit, validate
+
+    if args.action == "submit":
+        if args.url is not None and not args.url.startswith(("http://", "https://")):
+            raise UsageError(f"--url {args.url!r} must start with http:// or https://")
+        for path in submit(args.run_dir, args.name, args.leaderboard, args.model, args.url, args.description):
+            print(f"entry: {path}")
+        print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
+        return 0
+    if args.action == "validate":
+        validation = validate(args.path)
+        _print_rejections(validation)
+        n = len(validation.accepted)
+        print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
+        return 1 if validation.rejections else 0
+    validation = validate(args.leaderboard)
+    if validation.rejections:
+        _print_rejections(validation)
+        print("board not written: fix or remove the rejected entries first", file=sys.stderr)
+        return 1
+    readme, page = build(args.leaderboard, validation.accepted)
+    print(f"board: {readme}, {page} ({len(validation.accepted)} entries)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)
+        commands = {"run": cmd_run, "list": cmd_list, "report": cmd_report, "check": cmd_check,
+                    "leaderboard": cmd_leaderboard, "jobs": cmd_jobs}
+        return commands[args.command](args)
     except UsageError as e:
+        if args.debug:
+            traceback.print_exception(e)
         print(f"tmem-bench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

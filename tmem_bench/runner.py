@@ -1,8 +1,13 @@
-"""Run a plan: each cell trained in turn, results written atomically, resume for free."""
+"""Run a plan: the cells mapped over an executor, results written atomically, failed cells retried
+then recorded, resume for free."""
 from __future__ import annotations
 
+import json
+import os
+import socket
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -11,8 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__
-from .plan import Cell
-from .results import cell_path, load_cells, read_cell, results_table, write_atomic, write_json
+from .errors import UsageError, check_int
+from .executors import Executor, ExecutorOptions, failure, make_executor, usable, write_jobs_record
+from .plan import Cell, cell_from_dict
+from .results import cell_path, failed_path, load_cells, read_cell, results_table, write_atomic, write_json
+from .rundir import check_same_plan, prepare_run_dir, remove_stale_temporaries, run_lock
 from .train import resolve_device, run_cell
 
 
@@ -44,49 +52,231 @@ def run_plan(
     device: str = "auto",
     settings: dict | None = None,
     console: Console | None = None,
+    append: bool = False,
+    *,
+    executor: ExecutorOptions | str | None = None,
+    retries: int = 1,
 ) -> list[dict]:
+    """Run every cell not yet finished in `run_dir` on `executor` (serial by default); a cell that
+    raises is tried `retries` more times, then recorded in failed/<id>.json. The finished cells'
+    results."""
     console = console or Console(stderr=True)
-    run_dir = Path(run_dir)
+    options = usable(executor)
+    retries = check_int("--retries", retries, minimum=0)
+    run_dir = prepare_run_dir(Path(run_dir))
+    with run_lock(run_dir, say=console.print):
+        return _run_locked(cells, run_dir, device, settings or {}, console, append, options, retries)
+
+
+def _run_locked(cells: list[Cell], run_dir: Path, device: str, settings: dict, console: Console,
+                append: bool, options: ExecutorOptions, retries: int) -> list[dict]:
     resolved = resolve_device(device)
+    planned = [{"id": c.id, "describe": c.describe()} for c in cells]
+    try:
+        check_same_plan(run_dir, cells, settings)
+    except UsageError:
+        if not append:
+            raise
+        earlier = json.loads((run_dir / "manifest.json").read_text())["cells"]
+        ours = {c.id for c in cells}
+        planned = [c if isinstance(c, dict) else {"id": c, "describe": None} for c in earlier
+                   if (c["id"] if isinstance(c, dict) else c) not in ours] + planned
+    for path in remove_stale_temporaries(run_dir) + _remove_stale_failure_temporaries(run_dir):
+        console.print(f"removed {path.name}, a temporary file left by a killed run")
     write_json(run_dir / "manifest.json", {
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
         "command": command_as_typed(),
         "device": str(resolved),
         "started": datetime.now(timezone.utc).isoformat(),
-        "settings": settings or {},
-        "cells": [{"id": c.id, "describe": c.describe()} for c in cells],
+        "settings": settings,
+        "cells": planned,
     })
     todo = []
     for cell in cells:
         path = cell_path(run_dir, cell.id)
+        if not path.exists():
+            todo.append(cell)
+            continue
         try:
             read_cell(path)
-        except ValueError:
-            todo.append(cell)  # missing, or left half-done by a killed run: train it again
+        except ValueError as e:  # left half-done by a killed run, or edited: never trusted
+            console.print(f"{e}; training it again")
+            todo.append(cell)
     if len(todo) < len(cells):
         console.print(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {run_dir}")
-    columns = (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        overall = progress.add_task("cells", total=len(todo))
-        for cell in todo:
-            steps = progress.add_task(f"  {cell.describe()}", total=cell.train["steps"])
-            t0 = time.perf_counter()
-            result = run_cell(cell, resolved, on_step=lambda s, n: progress.update(steps, completed=s))
-            write_json(cell_path(run_dir, cell.id), result)
-            write_table(run_dir)
-            progress.remove_task(steps)
-            progress.advance(overall)
-            best = max(e["accuracy"] for e in result["eval"])
-            progress.console.print(
-                f"done {cell.describe()}: {time.perf_counter() - t0:.0f}s, "
-                f"best eval accuracy {best:.1%}, probe {result['causality']['verdict']}"
-            )
+    waiting = {c.id for c in todo}
+    for cell in cells:
+        if cell.id not in waiting:
+            failed_path(run_dir, cell.id).unlink(missing_ok=True)  # finished after its failure was recorded
+    if todo:
+        executor = make_executor(options, run_dir, device)
+        try:
+            write_jobs_record(run_dir, executor)
+            console.print(f"running {len(todo)} cell(s) {executor.describe()}")
+            _run_cells(todo, run_dir, device, executor, retries, console)
+        finally:
+            executor.close()
     write_table(run_dir)
     results, _ = load_cells(run_dir)
     wanted = {c.id for c in cells}
     return [r for r in results if r["cell_id"] in wanted]
 
+
+def run_job(job: dict) -> dict:
+    """The cell function every executor maps, in whatever process or machine runs it: train one
+    cell from its plain-data description, write its result into the run directory through the
+    atomic writer, and say how it went (an exception becomes a failed outcome, not a crash)."""
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    start = time.perf_counter()
+    try:
+        cell = cell_from_dict(job["cell"])
+        result = run_cell(cell, job["device"])
+        # On the CPU the numbers depend on the thread count too: kept to explain a difference.
+        result["torch_threads"] = torch.get_num_threads()
+        write_json(cell_path(job["run_dir"], job["cell_id"]), result)
+    except Exception as e:  # noqa: BLE001 - the cell's own failure, recorded by the driver
+        return failure(job, e)
+    return {"cell_id": job["cell_id"], "ok": True, "host": socket.gethostname(),
+            "seconds": time.perf_counter() - start}
+
+
+def _remove_stale_failure_temporaries(run_dir: Path) -> list[Path]:
+    stale = list((run_dir / "failed").glob(".*.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def _run_cells(todo: list[Cell], run_dir: Path, device: str, executor: Executor, retries: int,
+               console: Console) -> None:
+    jobs = {c.id: {"cell_id": c.id, "cell": asdict(c), "run_dir": str(run_dir), "device": device,
+                   "threads": executor.threads} for c in todo}
+    described = {c.id: c.describe() for c in todo}
+    attempts = dict.fromkeys(jobs, 0)
+    with CellProgress(run_dir, list(jobs), console, executor.slots) as progress:
+        round_, failed = list(jobs), {}
+        for _ in range(retries + 1):
+            failed = {}
+            progress.start(len(round_))
+            for step in executor.map(run_job, [jobs[cid] for cid in round_]):
+                progress.poll()
+                if step is None:
+                    continue
+                job, outcome = step
+                cid = job["cell_id"]
+                attempts[cid] += 1
+                outcome = _seen_here(run_dir, outcome) if outcome["ok"] else outcome
+                progress.ended()
+                if outcome["ok"]:
+                    failed_path(run_dir, cid).unlink(missing_ok=True)
+                    write_table(run_dir)
+                    progress.console.print(_done_line(described[cid], outcome["result"]))
+                    continue
+                last = attempts[cid] > retries or outcome.get("retry") is False
+                failed[cid] = outcome
+                what = "giving up" if last else "it will be retried"
+                progress.console.print(f"FAILED {described[cid]} (attempt {attempts[cid]} of {retries + 1}, "
+                                       f"on {outcome.get('host', '?')}): {outcome['error']}; {what}")
+                if last:
+                    progress.gave_up()
+                    _record_failure(run_dir, jobs[cid], described[cid], attempts[cid], outcome, executor)
+            round_ = [cid for cid in failed if attempts[cid] <= retries and failed[cid].get("retry") is not False]
+            if not round_:
+                break
+
+
+def _seen_here(run_dir: Path, outcome: dict) -> dict:
+    """The outcome of a worker that says it finished, once its cell file is read back here: a worker
+    writing where the driver cannot see (a node's own disk) is a failure, not a finished cell."""
+    path = cell_path(run_dir, outcome["cell_id"])
+    try:
+        return {**outcome, "result": read_cell(path)}
+    except ValueError as e:
+        return {**outcome, "ok": False, "retry": False, "traceback": str(e),
+                "error": f"{e} after its worker on {outcome.get('host', '?')} finished it; the run directory "
+                         "must be on a filesystem the workers share with the driver"}
+
+
+def _done_line(describe: str, result: dict) -> str:
+    best = max(e["accuracy"] for e in result["eval"])
+    diverged = (f", DIVERGED at step {result['diverged_at_step']} (non-finite loss)"
+                if result["status"] == "diverged" else "")
+    return (f"done {describe}: {result['wall_time_s']:.0f}s, best eval accuracy {best:.1%}, "
+            f"probe {result['causality']['verdict']}{diverged}")
+
+
+def _record_failure(run_dir: Path, job: dict, describe: str, attempts: int, outcome: dict,
+                    executor: Executor) -> None:
+    write_json(failed_path(run_dir, job["cell_id"]), {
+        "cell_id": job["cell_id"],
+        "describe": describe,
+        "cell": job["cell"],
+        "attempts": attempts,
+        "executor": executor.name,
+        "host": outcome.get("host"),
+        "error": outcome["error"],
+        "traceback": outcome["traceback"],
+        "failed_at": datetime.now(timezone.utc).isoformat(),
+    })
+
+
+class CellProgress:
+    """The driver's display, the same for every executor: cells done, running and failed, and the
+    time left. Done is counted from the cell files in cells/, so cells that workers on other
+    machines finish count as soon as their files appear."""
+
+    def __init__(self, run_dir: Path, ids: list[str], console: Console, slots: int | None):
+        self.slots = slots  # cells that can run at once, where the executor knows it
+        self.folder = Path(run_dir) / "cells"
+        self.ids = set(ids)
+        # A cell retrained over a torn or edited file is done once that file is replaced.
+        self.before = {i: _mtime(cell_path(run_dir, i)) for i in ids}
+        self.running = self.failed = 0
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[state]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            console=console, transient=False)
+        self.console = self.progress.console
+
+    def __enter__(self) -> "CellProgress":
+        self.progress.__enter__()
+        self.task = self.progress.add_task("cells", total=len(self.ids), state="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.poll()
+        self.progress.__exit__(*exc)
+
+    def start(self, n: int) -> None:
+        self.running = n
+        self.poll()
+
+    def ended(self) -> None:
+        self.running -= 1
+
+    def gave_up(self) -> None:
+        self.failed += 1
+
+    def poll(self) -> None:
+        try:
+            names = set(os.listdir(self.folder))
+        except FileNotFoundError:
+            names = set()
+        done = sum(1 for i in self.ids if f"{i}.json" in names
+                   and (self.before[i] is None or _mtime(cell_path(self.folder.parent, i)) != self.before[i]))
+        if self.slots is None:
+            state = f"{self.running} queued or running"
+        else:
+            running = min(self.running, self.slots)
+            state = f"{running} running" + (f", {self.running - running} queued" if self.running > running else "")
+        failed = f", [red]{self.failed} failed[/red]" if self.failed else ""
+        self.progress.update(self.task, completed=done, state=state + failed)
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,263 @@
+"""Every executor (a local process pool, submitit's local jobs, a real local Ray) finishes a tiny
+sweep with results identical to the serial one; a killed driver resumes; a failing cell is
+retried, recorded and reported while the others finish."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from tmem_bench.cli import main
+from tmem_bench.errors import UsageError
+from tmem_bench.executors import ExecutorOptions, usable
+from tmem_bench.plan import Overrides, make_plan
+from tmem_bench.report.data import load_run
+from tmem_bench.results import failed_path, load_cells, read_cell
+from tmem_bench.runner import run_plan
+
+SWEEP = """
+[train]
+steps = 4
+batch_size = 8
+lr = 1e-3
+weight_decay = 0.01
+grad_clip = 1.0
+log_every = 2
+eval_size = 16
+seeds = [0, 1]
+
+[tasks.coordinate_binding]
+models = {models}
+model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
+levels = {{ n_writes = [3, 4], noise = [0.0] }}
+"""
+
+FLAKY = '''
+import os
+
+import torch
+import torch.nn as nn
+
+
+class Flaky(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, blocked=None):
+        if self.training and torch.is_grad_enabled() and os.environ.get("TMEM_TEST_FAIL"):
+            raise RuntimeError("the plugin broke in training")
+        return self.proj(x)
+
+
+def flaky(d_model, n_layers, n_heads, **options):
+    return Flaky(d_model)
+'''
+
+
+def need(module: str):
+    """The extra's module; where it is missing the test is skipped, except in CI, where it fails."""
+    if os.environ.get("CI"):
+        return __import__(module)
+    return pytest.importorskip(module)
+
+
+def sweep_profile(folder: Path, models: str = '["base"]') -> str:
+    path = folder / "sweep.toml"
+    path.write_text(SWEEP.format(models=models))
+    return str(path)
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+def numbers(run_dir: Path) -> dict:
+    """Cell id -> the numbers that must not depend on the executor."""
+    results, errors = load_cells(run_dir)
+    assert errors == []
+    return {r["cell_id"]: ([e["accuracy"] for e in r["eval"]], [h["loss"] for h in r["history"]]) for r in results}
+
+
+def partial_files(run_dir: Path) -> list[str]:
+    return [str(p) for p in run_dir.rglob(".*.tmp")]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The plan's folder, its four cells, and the serial executor's numbers for them."""
+    folder = tmp_path_factory.mktemp("sweep")
+    profile = sweep_profile(folder)
+    cells = make_plan("coordinate_binding", profile, Overrides(train_at="each"))
+    threads = torch.get_num_threads()
+    # One thread per cell under every executor: CPU numbers are identical for the same thread count.
+    run_plan(cells, folder / "serial", device="cpu", console=quiet(), executor=ExecutorOptions(cpus_per_cell=1))
+    assert torch.get_num_threads() == threads  # the driver's own setting is left as it was
+    reference = numbers(folder / "serial")
+    assert len(cells) == 4 and set(reference) == {c.id for c in cells}
+    return folder, cells, reference
+
+
+def test_a_local_process_pool_gives_the_serial_numbers(sweep, tmp_path):
+    folder, cells, reference = sweep
+    console = quiet()
+    run_plan(cells, tmp_path / "run", device="cpu", console=console,
+             executor=ExecutorOptions(kind="local", workers=2, cpus_per_cell=1))
+    assert numbers(tmp_path / "run") == reference
+    out = console.file.getvalue()
+    assert "local pool of 2 worker(s), 1 thread(s) each" in out and out.count("done coordinate_binding") == 4
+    assert {r["torch_threads"] for r in load_cells(tmp_path / "run")[0]} == {1}
+    assert json.loads((tmp_path / "run" / "jobs.json").read_text())["executor"] == "local"
+
+
+def test_submitit_jobs_give_the_serial_numbers_and_are_listed(sweep, tmp_path, capsys):
+    need("submitit")
+    folder, cells, reference = sweep
+    run_dir = tmp_path / "run"
+    run_plan(cells[:2], run_dir, device="cpu", console=quiet(),
+             executor=ExecutorOptions(kind="slurm", slurm_cluster="local", slurm_time="10", cpus_per_cell=1))
+    assert numbers(run_dir) == {c.id: reference[c.id] for c in cells[:2]}
+    assert (run_dir / "slurm").is_dir() and partial_files(run_dir) == []
+    record = json.loads((run_dir / "jobs.json").read_text())
+    assert record["cluster"] == "local" and {j["cell"] for j in record["jobs"]} == {c.id for c in cells[:2]}
+
+    assert main(["jobs", str(run_dir)]) == 0
+    listing = capsys.readouterr().out
+    assert listing.count("ENDED") == 2 and listing.count(" finished") == 2 and "2 job(s) on local" in listing
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = need("ray")
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_tasks_give_the_serial_numbers(sweep, local_ray, tmp_path):
+    folder, cells, reference = sweep
+    console = quiet()
+    run_plan(cells, tmp_path / "run", device="cpu", console=console,
+             executor=ExecutorOptions(kind="ray", cpus_per_cell=1))
+    assert numbers(tmp_path / "run") == reference
+    assert "as Ray tasks on a local Ray (1 CPU(s), 0 GPU(s) per cell)" in console.file.getvalue()
+    assert local_ray.is_initialized()  # a Ray the caller started is left to the caller
+
+
+def test_a_driver_killed_midway_resumes_to_the_same_numbers(sweep, tmp_path):
+    folder, cells, reference = sweep
+    command = [sys.executable, "-m", "tmem_bench.cli", "run", "coordinate_binding", "--profile",
+               str(folder / "sweep.toml"), "--train-at", "each", "--device", "cpu", "--out", "run",
+               "--cpus-per-cell", "1", "--no-report", "--executor", "local", "--workers", "2"]
+    env = {**os.environ, "COLUMNS": "400"}
+    cells_dir = tmp_path / "run" / "cells"
+    # Niced, with its workers: on two busy cores this test must still see the first cell file at once.
+    driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              preexec_fn=lambda: os.nice(19))
+    try:
+        deadline = time.monotonic() + 120
+        while not list(cells_dir.glob("*.json")) and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.02)
+        driver.send_signal(signal.SIGKILL)
+    finally:
+        driver.wait(timeout=60)
+    at_kill = len(list(cells_dir.glob("*.json")))
+    assert 1 <= at_kill < 4
+    time.sleep(2)
+    assert len(list(cells_dir.glob("*.json"))) == at_kill  # the workers died with their driver
+
+    # Resumed by the serial executor: any executor completes what another started.
+    resumed = subprocess.run(command[:-5], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {at_kill} of 4 cells already finished" in resumed.stderr
+    assert numbers(tmp_path / "run") == reference
+    assert partial_files(tmp_path / "run") == [] and not (tmp_path / "run" / "failed").exists()
+
+
+def test_a_failing_cell_is_retried_recorded_and_reported_while_the_others_finish(tmp_path, monkeypatch, capsys):
+    (tmp_path / "flaky_plugin.py").write_text(FLAKY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    profile = sweep_profile(tmp_path, '["base", { name = "flaky_plugin:flaky", label = "flaky" }]')
+    args = ["run", "coordinate_binding", "--profile", profile, "--level", "n_writes=3", "--seeds", "1",
+            "--device", "cpu", "--out", "run", "--no-report", "--retries", "2"]
+    monkeypatch.setenv("TMEM_TEST_FAIL", "1")
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("FAILED coordinate_binding flaky") == 4  # three attempts, then the summary line
+    assert "attempt 3 of 3" in err and "1 of 2 cells failed; rerun the same command" in err
+
+    run_dir = tmp_path / "run"
+    (flaky,) = [c for c in make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}, seeds=[0]))
+                if c.label == "flaky"]
+    record = json.loads(failed_path(run_dir, flaky.id).read_text())
+    assert record["attempts"] == 3 and record["error"] == "RuntimeError: the plugin broke in training"
+    assert "flaky_plugin.py" in record["traceback"] and record["cell"]["label"] == "flaky"
+    assert [r["cell"]["label"] for r in load_cells(run_dir)[0]] == ["base"]  # the other cell finished
+    with pytest.raises(ValueError):
+        read_cell(failed_path(run_dir, flaky.id))  # never taken for a finished cell
+    problems = load_run(run_dir).problems
+    assert len(problems) == 1 and f"cell {flaky.id}" in problems[0] and "FAILED after 3 attempt(s)" in problems[0]
+
+    monkeypatch.delenv("TMEM_TEST_FAIL")
+    assert main(args) == 0
+    assert "resuming: 1 of 2 cells already finished" in capsys.readouterr().err
+    assert not failed_path(run_dir, flaky.id).exists() and len(load_cells(run_dir)[0]) == 2
+    assert load_run(run_dir).problems == []
+
+
+def test_the_slurm_settings_reach_sbatch(tmp_path, monkeypatch):
+    need("submitit")
+    from tmem_bench.executors import SubmititJobs, minutes, sbatch_options
+
+    bin_dir = tmp_path / "bin"  # stand-ins, so that submitit believes it is on a login node
+    bin_dir.mkdir()
+    for tool in ("sbatch", "srun"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    extra = sbatch_options(["account=proj", "--mail-type=END"])
+    options = usable(ExecutorOptions(kind="slurm", slurm_partition="gpu", slurm_time="1-02:00:00", cpus_per_cell=8,
+                                     gpus_per_cell=1, slurm_options=extra))
+    jobs = SubmititJobs(tmp_path / "run", options)
+    script = jobs.executor._executor._make_submission_file_text("python -m job", "uid")
+    for line in ("--partition=gpu", "--time=1560", "--cpus-per-task=8", "--gpus-per-node=1", "--account=proj",
+                 "--mail-type=END", f"--output={tmp_path / 'run' / 'slurm'}"):
+        assert f"#SBATCH {line}" in script, line
+    assert jobs.threads == 8 and minutes("90") == 90 and minutes("0:30:00") == 30
+
+
+@pytest.mark.parametrize("options, needle", [
+    (ExecutorOptions(kind="dask"), "--executor 'dask' is unknown; allowed: serial, local, ray, slurm"),
+    (ExecutorOptions(kind="serial", workers=2), "--workers applies to --executor local or slurm, not serial"),
+    (ExecutorOptions(kind="local", address="ray://x"), "--address applies to --executor ray, not local"),
+    (ExecutorOptions(kind="slurm", slurm_cluster="local", gpus_per_cell=0.5), "must be a whole number"),
+    (ExecutorOptions(kind="slurm", slurm_cluster="local", slurm_time="soon"), "--slurm-time 'soon' must be"),
+    (ExecutorOptions(kind="slurm", slurm_cluster="pbs"), "--slurm-cluster 'pbs' is unknown"),
+])
+def test_bad_executor_settings_are_refused(options, needle):
+    with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        usable(options)
+
+
+def test_a_missing_extra_names_it_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    profile = sweep_profile(tmp_path)
+    assert main(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--executor", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ['tmem-bench: error: --executor ray needs ray, which is not installed; '
+                                        'install it with: pip install "tmem-bench[ray]"']
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,197 @@
+"""The checks every backbone must pass before its numbers mean anything.
+
+Each check is a function `check_x(factory, spec) -> CheckResult` that builds what
+it needs from the registered factory at the sizes of `spec`, so `tmem-bench
+check`, the registry tests and a plugin author's own tests run the same code.
+A check never raises: a crash inside the model is a failed check whose detail
+names the exception.
+
+A backbone claims a fixed state by setting the class attribute
+`fixed_state = True` (the example memory in examples/kv_memory does). Such a
+model's `state_size(seq_len)` must then be the same at every length probed; any
+other model's state size must only be positive and never shrink as the sequence
+grows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from .probe import causality_probe
+
+STATE_LENGTHS = (1, 8, 64, 512)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The sizes the checks build and feed a backbone at: small, so every check runs in seconds on a CPU."""
+
+    d_model: int = 16
+    n_layers: int = 2
+    n_heads: int = 2
+    seq_len: int = 16
+    batch: int = 2
+    options: dict = field(default_factory=dict)
+
+
+def build(factory: Callable, spec: Spec, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return factory(d_model=spec.d_model, n_layers=spec.n_layers, n_heads=spec.n_heads, **spec.options)
+
+
+def inputs(spec: Spec, seed: int = 1) -> torch.Tensor:
+    return torch.randn(spec.batch, spec.seq_len, spec.d_model, generator=torch.Generator().manual_seed(seed))
+
+
+def query_blocked(seq_len: int) -> torch.Tensor:
+    """The memory-forcing shape: the last quarter of positions may not attend to the first half."""
+    blocked = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    blocked[-max(1, seq_len // 4):, : seq_len // 2] = True
+    return blocked
+
+
+def _guarded(name: str, body: Callable[[], tuple[bool, str]]) -> CheckResult:
+    try:
+        passed, detail = body()
+    except Exception as e:  # noqa: BLE001 - any crash in the model under test is that check's failure
+        return CheckResult(name, False, f"raised {type(e).__name__}: {e}")
+    return CheckResult(name, passed, detail)
+
+
+def check_builds(factory: Callable, spec: Spec) -> CheckResult:
+    def body():
+        model = build(factory, spec)
+        if not isinstance(model, nn.Module):
+            return False, f"the factory returned {type(model).__name__}, not a torch.nn.Module"
+        return True, f"{type(model).__name__}(d_model={spec.d_model}, n_layers={spec.n_layers}, n_heads={spec.n_heads})"
+    return _guarded("builds", body)
+
+
+def check_forward(factory: Callable, spec: Spec) -> CheckResult:
+    """forward(x (B, S, d), blocked=None | (S, S)) -> finite (B, S, d), in train and eval mode."""
+    def body():
+        model = build(factory, spec)
+        want = (spec.batch, spec.seq_len, spec.d_model)
+        for blocked in (None, query_blocked(spec.seq_len)):
+            for train in (True, False):
+                model.train(train)
+                y = model(inputs(spec), blocked=blocked)
+                where = f"{'train' if train else 'eval'} mode, blocked={'none' if blocked is None else 'given'}"
+                if not isinstance(y, torch.Tensor) or tuple(y.shape) != want:
+                    got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+                    return False, f"output {got}, expected {want} ({where})"
+                if not torch.isfinite(y).all():
+                    return False, f"non-finite output ({where})"
+        return True, f"(B, S, d) = {want} in train and eval mode, with and without blocked"
+    return _guarded("forward", body)
+
+
+def check_gradients(factory: Callable, spec: Spec) -> CheckResult:
+    """Every trainable parameter receives a non-zero gradient from a random loss on the output."""
+    def body():
+        model = build(factory, spec).eval()  # no dropout: a dropped unit must not hide a dead parameter
+        weights = torch.randn(spec.batch, spec.seq_len, spec.d_model, generator=torch.Generator().manual_seed(2))
+        (model(inputs(spec)) * weights).sum().backward()
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        dead = [n for n, p in trainable if p.grad is None or not p.grad.abs().sum() > 0]
+        if dead:
+            return False, f"parameters without gradient: {', '.join(dead)}"
+        return True, f"all {len(trainable)} parameter tensors"
+    return _guarded("gradients", body)
+
+
+def _probe(factory: Callable, spec: Spec, blocked: torch.Tensor | None) -> tuple[bool, str]:
+    model = build(factory, spec)
+    result = causality_probe(model, spec.d_model, spec.seq_len, blocked=blocked)
+    if not model.training:
+        return False, "the probe did not restore train mode"
+    detail = f"{result['verdict']} (max change before the perturbed position {result['max_past_change']:.2g})"
+    if result["verdict"] == "leaking":
+        detail += f"; leaks at t = {', '.join(map(str, result['leaking_positions']))}"
+    return result["verdict"] == "causal", detail
+
+
+def check_causal(factory: Callable, spec: Spec) -> CheckResult:
+    return _guarded("causal", lambda: _probe(factory, spec, None))
+
+
+def check_causal_blocked(factory: Callable, spec: Spec) -> CheckResult:
+    """Causal also under a task's blocked edges (which may remove attention, never add it)."""
+    return _guarded("causal_blocked", lambda: _probe(factory, spec, query_blocked(spec.seq_len)))
+
+
+def check_deterministic(factory: Callable, spec: Spec) -> CheckResult:
+    """The same seed gives the same weights and outputs; different inputs give different outputs."""
+    def body():
+        a, b = build(factory, spec, seed=3), build(factory, spec, seed=3)
+        pa, pb = list(a.named_parameters()), list(b.named_parameters())
+        if [n for n, _ in pa] != [n for n, _ in pb]:
+            return False, "two builds have different parameter names"
+        differing = [n for (n, x), (_, y) in zip(pa, pb) if not torch.equal(x, y)]
+        if differing:
+            return False, f"seed 3 twice gives different weights: {', '.join(differing)}"
+        outputs = []
+        for model in (a, b):
+            torch.manual_seed(4)  # train mode: dropout draws from the global generator
+            outputs.append(model(inputs(spec)))
+        if not torch.equal(*outputs):
+            return False, "seed 3 twice gives different outputs in train mode"
+        if torch.equal(a(inputs(spec, seed=5)), a(inputs(spec, seed=6))):
+            return False, "different inputs give the same output"
+        return True, "same seed, same weights and outputs"
+    return _guarded("deterministic", body)
+
+
+def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
+    def body():
+        model = build(factory, spec)
+        if not callable(getattr(model, "state_size", None)):
+            return False, "no state_size(seq_len) -> bytes method"
+        sizes = [model.state_size(n) for n in STATE_LENGTHS]
+        shown = ", ".join(f"S={n}: {s}" for n, s in zip(STATE_LENGTHS, sizes))
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+            return False, f"state sizes must be positive integers (bytes): {shown}"
+        if sizes != sorted(sizes):
+            return False, f"the state shrinks as the sequence grows: {shown}"
+        if getattr(model, "fixed_state", False):
+            if len(set(sizes)) > 1:
+                return False, f"claims fixed_state but its state grows: {shown}"
+            return True, f"fixed: {sizes[0]:,} bytes at every length"
+        return True, f"{shown} bytes"
+    return _guarded("state_size", body)
+
+
+def check_parameters(factory: Callable, spec: Spec) -> CheckResult:
+    def body():
+        model = build(factory, spec)
+        count = sum(p.numel() for p in model.parameters())
+        if count <= 0:
+            return False, "no parameters"
+        return True, f"{count:,}"
+    return _guarded("parameters", body)
+
+
+CHECKS = (
+    check_builds, check_forward, check_gradients, check_causal, check_causal_blocked,
+    check_deterministic, check_state_size, check_parameters,
+)
+
+
+def run_checks(factory: Callable, spec: Spec | None = None) -> list[CheckResult]:
+    """Every check in turn; when the model cannot even be built the rest are reported as not run."""
+    spec = spec or Spec()
+    first = check_builds(factory, spec)
+    if not first.passed:
+        return [first] + [CheckResult(c.__name__.removeprefix("check_"), False, "not run: the model does not build")
+                          for c in CHECKS[1:]]
+    return [first] + [check(factory, spec) for check in CHECKS[1:]]

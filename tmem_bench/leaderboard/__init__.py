@@ -1,0 +1,12 @@
+"""Publish and compare: leaderboard entries made from runs, validated from their own cells, and the board.
+
+Modules: entry (an entry from a run directory, and every field recomputed from
+cells), validate (trust nothing claimed), board (README.md and the data of the
+page), page (the self-contained index.html). The `leaderboard` subcommands are
+in tmem_bench/cli.py, so that the command line loads none of this until asked.
+"""
+from .board import board_data, build
+from .entry import RANKED_MIN_SEEDS, make_entries, submit
+from .validate import Validation, validate
+
+__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "submit", "validate"]

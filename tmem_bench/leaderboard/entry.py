@@ -1,0 +1,295 @@
+"""A leaderboard entry from a run directory: what was planned, what ran, and every number recomputed from cells.
+
+Everything an entry states is a function of its cell files plus the profile text
+and overrides it was planned from, so submission and validation call the same
+functions here: `submit` writes what they return, `validate` compares what an
+entry claims with what they return.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+
+from .. import __version__
+from ..errors import UsageError
+from ..plan import Overrides, plan_task, profile_names
+from ..registry import get_backbone, get_task, task_names
+from ..report.stats import CI_LEVEL, bootstrap_ci
+from ..results import read_cell, write_json
+from ..task import level_key
+
+SCHEMA_VERSION = 1
+RANKED_MIN_SEEDS = 3
+# Overrides that choose which cells of a profile run, not how: every other override makes a different profile.
+SELECTING_OVERRIDES = ("models", "seeds")
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if not slug:
+        raise UsageError(f"name {text!r} has no letters or digits to make a directory name from")
+    return slug
+
+
+def task_version(task_name: str) -> int:
+    """A task class may set `version`; bumping it marks earlier results as made on different data."""
+    return int(getattr(get_task(task_name), "version", 1))
+
+
+def builtin_profile_text(name: str) -> str | None:
+    if name not in profile_names():
+        return None
+    return resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_text()
+
+
+def profile_id(name: str, text: str, overrides: dict) -> str:
+    """The built-in name when the run used that profile unchanged; otherwise the name and a hash of what differs.
+
+    Two entries are ranked against each other only when their profile ids are equal.
+    """
+    changed = {k: v for k, v in overrides.items() if k not in SELECTING_OVERRIDES and v not in (None, {}, [])}
+    settings = _parse(text)
+    builtin = builtin_profile_text(name)
+    if builtin is not None and settings == _parse(builtin) and not changed:
+        return name
+    digest = hashlib.sha256(json.dumps([settings, changed], sort_keys=True).encode()).hexdigest()[:8]
+    return f"{name}~{digest}"
+
+
+def _parse(text: str) -> dict:
+    """A profile's settings: comments and layout of its TOML do not change what it plans."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"the entry's profile is not valid TOML: {e}") from None
+
+
+def planned_cells(run: dict, profile: dict) -> list:
+    """The cells the run's profile text and overrides plan (every model of the run)."""
+    parsed = _parse(profile["toml"])
+    try:
+        overrides = Overrides(**run["overrides"])
+    except TypeError as e:
+        raise UsageError(f"the run's overrides are not ones this suite knows: {e}") from None
+    task = run["task"]
+    names = [t for t in parsed.get("tasks", {}) if t in task_names()] if task == "all" else [task]
+    return [cell for name in names for cell in plan_task(name, parsed, overrides)]
+
+
+def _selected(rows: list[dict]) -> list[dict]:
+    """Per evaluation level, the row a board shows: trained at that level when the entry trained at
+    several levels (the per-level view), else the one training level's."""
+    train_levels = {r["train_level"] for r in rows}
+    if len(train_levels) == 1:
+        return rows
+    return [r for r in rows if r["train_level"] == r["level"]]
+
+
+def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(per task, variant, training level and evaluation level: mean accuracy over seeds with its
+    bootstrap interval; per task and variant: the score, the unweighted mean of the shown levels)."""
+    groups: dict[tuple, list] = {}
+    for result in results:
+        cell = result["cell"]
+        for ev in result["eval"]:
+            # Levels in the order the profile lists them (n_writes 5, 10, 20, not 10, 20, 5).
+            order = [level_key(lv) for lv in cell["eval_levels"]].index(ev["level_key"])
+            key = (cell["task"], cell["variant"] != "standard", cell["variant"], level_key(cell["train_level"]),
+                   order, ev["level_key"])
+            groups.setdefault(key, []).append((cell["seed"], ev))
+    rows = []
+    for (task, _, variant, train_level, _, level), items in sorted(groups.items()):
+        items.sort(key=lambda item: item[0])
+        mean, low, high = bootstrap_ci([ev["accuracy"] for _, ev in items])
+        first = items[0][1]
+        rows.append({
+            "task": task, "variant": variant, "train_level": train_level, "level": level,
+            "level_values": first["level"], "seeds": [s for s, _ in items],
+            "mean": mean, "low": low, "high": high,
+            "chance": first["chance"], "ceiling": first["ceiling"], "n_eval": first["n"],
+        })
+    scores = []
+    for task, variant in dict.fromkeys((r["task"], r["variant"]) for r in rows):
+        shown = _selected([r for r in rows if r["task"] == task and r["variant"] == variant])
+        scores.append({"task": task, "variant": variant, "levels": len(shown),
+                       "score": sum(r["mean"] for r in shown) / len(shown)})
+    return rows, scores
+
+
+def state_size(model: str, model_options: dict, seq_len: int) -> dict:
+    """Bytes the backbone carries at the task's sequence length, and whether it claims a fixed state."""
+    backbone = get_backbone(model, **model_options)
+    size = backbone.state_size(seq_len) if callable(getattr(backbone, "state_size", None)) else None
+    return {"seq_len": seq_len, "bytes": size, "fixed": bool(getattr(backbone, "fixed_state", False))}
+
+
+def settings(results: list[dict]) -> list[dict]:
+    """Per task and variant: everything the cells were trained and evaluated with, and the model's size."""
+    out = {}
+    for result in sorted(results, key=lambda r: (r["cell"]["task"], r["cell"]["variant"], r["cell"]["seed"])):
+        cell = result["cell"]
+        key = (cell["task"], cell["variant"])
+        if key in out:
+            out[key]["train_levels"] = sorted({*out[key]["train_levels"], level_key(cell["train_level"])})
+            continue
+        out[key] = {
+            "task": cell["task"], "variant": cell["variant"], "task_version": task_version(cell["task"]),
+            "task_options": cell["task_options"], "train": cell["train"],
+            "train_levels": [level_key(cell["train_level"])],
+            "eval_levels": [level_key(level) for level in cell["eval_levels"]],
+            "model_options": cell["model_options"], "model_config": result.get("model_config"),
+            "n_params": result["n_params"], "n_backbone_params": result["n_backbone_params"],
+            "state_size": state_size(cell["model"], cell["model_options"], result["causality"]["seq_len"]),
+        }
+    return list(out.values())
+
+
+def derived(results: list[dict]) -> dict:
+    """Every field of an entry that is a function of its cells alone."""
+    rows, scores = aggregate(results)
+    seeds = sorted({r["cell"]["seed"] for r in results})
+    verdicts = {r["causality"]["verdict"] for r in results}
+    return {
+        "seeds": seeds,
+        "ranked": len(seeds) >= RANKED_MIN_SEEDS,
+        "causality": verdicts.pop() if len(verdicts) == 1 else "mixed",
+        "settings": settings(results),
+        "results": rows,
+        "scores": scores,
+        "devices": sorted({r["device"] for r in results}),
+        "wall_time_s": sum(r["wall_time_s"] for r in results),
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> dict:
+    """The commit of the suite's own source tree, when it is a git checkout (an installed wheel is not)."""
+    here = Path(__file__).resolve().parents[2]
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "dirty": None}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.strip(), "dirty": dirty}
+
+
+def read_manifest(run_dir: Path) -> dict:
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+        manifest["settings"]["task"], manifest["settings"]["overrides"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UsageError(f"{path} is missing or not a run manifest ({type(e).__name__}: {e})") from None
+    return manifest
+
+
+def _profile(setting: str) -> dict:
+    if setting.endswith(".toml"):
+        path = Path(setting)
+        if not path.is_file():
+            raise UsageError(f"the run's profile file {setting!r} is not here; submit from where the run was started")
+        return {"name": path.stem, "toml": path.read_text()}
+    text = builtin_profile_text(setting)
+    if text is None:
+        raise UsageError(f"the run's profile {setting!r} is not a profile of this suite ({', '.join(profile_names())})")
+    return {"name": setting, "toml": text}
+
+
+def make_entries(run_dir, name: str, model: str | None = None, url: str | None = None,
+                 description: str | None = None) -> list[tuple[str, dict, list[dict]]]:
+    """(slug, entry, cell results) per model of the run, or for `model` (a label) alone."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    run = {"task": manifest["settings"]["task"], "overrides": manifest["settings"]["overrides"]}
+    profile = _profile(manifest["settings"].get("profile", "quick"))
+    profile["id"] = profile_id(profile["name"], profile["toml"], run["overrides"])
+    cells = planned_cells(run, profile)
+    labels = list(dict.fromkeys(c.label for c in cells))
+    if model is not None and model not in labels:
+        raise UsageError(f"--model {model!r} is not a model of this run; its models: {', '.join(labels)}")
+    chosen = [model] if model is not None else labels
+    out = []
+    for label in chosen:
+        mine = [c for c in cells if c.label == label]
+        results = []
+        for cell in mine:
+            try:
+                results.append(read_cell(run_dir / "cells" / f"{cell.id}.json"))
+            except ValueError:
+                raise UsageError(f"run {run_dir} is incomplete: {cell.describe()} has no result; "
+                                 f"rerun its command to finish it") from None
+        facts = derived(results)
+        if facts["causality"] != "causal":
+            raise UsageError(f"model {label!r} is {facts['causality']!r} by the causality probe of its cells; only "
+                             f"causal models can be submitted (see `tmem-bench check {mine[0].model}`)")
+        entry_name = name if len(chosen) == 1 else f"{name} ({label})"
+        entry = {
+            "schema_version": SCHEMA_VERSION,
+            "name": entry_name, "url": url, "description": description,
+            "submitted": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "suite": {"tmem_bench_version": results[0]["tmem_bench_version"],
+                      "torch_version": results[0]["torch_version"], "git": git_commit()},
+            "run": {**run, "command": manifest.get("command"), "started": manifest.get("started"),
+                    "cpu": cpu_model(), "cpu_count": os.cpu_count(), "platform": platform.platform()},
+            "profile": profile,
+            "model": {"label": label, "name": mine[0].model},
+            "ci_level": CI_LEVEL,
+            "cells": sorted(c.id for c in mine),
+            **facts,
+        }
+        out.append((slugify(entry_name), entry, results))
+    return out
+
+
+def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict]) -> Path:
+    """entries/<slug>/entry.json and cells/<id>.json, all or nothing: built aside, then renamed into place."""
+    entries_dir = Path(entries_dir)
+    final = entries_dir / slug
+    if final.exists():
+        raise UsageError(f"entry {final} exists already; choose another --name (entries are never overwritten)")
+    entries_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=entries_dir, prefix=f".{slug}."))
+    try:
+        for result in results:
+            write_json(staging / "cells" / f"{result['cell_id']}.json", result)
+        write_json(staging / "entry.json", entry)
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None = None,
+           url: str | None = None, description: str | None = None) -> list[Path]:
+    made = make_entries(run_dir, name, model, url, description)
+    entries_dir = Path(leaderboard_dir) / "entries"
+    taken = [slug for slug, _, _ in made if (entries_dir / slug).exists()]
+    if taken:
+        raise UsageError(f"entries {', '.join(taken)} exist already in {entries_dir}; choose another --name")
+    return [write_entry(entries_dir, slug, entry, results) for slug, entry, results in made]

@@ -1,0 +1,284 @@
+"""Validation that trusts nothing an entry claims.
+
+Every aggregate is rebuilt from the entry's own cell files, every evaluation
+set is regenerated with the installed suite and fingerprinted again, the cells
+the entry's profile plans are compared with the cells it holds, each cell file's
+name with the hash of its settings, and the causality probe is run again on the
+model. Each rejection is one line: `<entry>: <field>: <reason>`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..errors import UsageError
+from ..plan import cell_from_dict
+from ..probe import causality_probe
+from ..registry import get_task
+from ..results import read_cell
+from ..task import level_key
+from .entry import RANKED_MIN_SEEDS, derived, planned_cells, profile_id, task_version
+
+SCHEMA_FILE = "entry.schema.json"
+TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs JSON float round trips
+
+
+@dataclass
+class Validation:
+    accepted: list[tuple[Path, dict]] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)
+
+
+def find_schema(path: Path) -> Path:
+    """entry.schema.json in `path`, in its `leaderboard` folder, or in a folder above it."""
+    for folder in [path, *path.resolve().parents]:
+        if (folder / SCHEMA_FILE).is_file():
+            return folder / SCHEMA_FILE
+    raise UsageError(f"no {SCHEMA_FILE} in {path} or any folder above it; run from a clone of tmem-bench "
+                     f"(it lives in leaderboard/)")
+
+
+def entry_dirs(path: Path) -> list[Path]:
+    """An entry folder itself, or every entry under `path/entries` or `path`."""
+    if (path / "entry.json").is_file():
+        return [path]
+    root = path / "entries" if (path / "entries").is_dir() else path
+    if not root.is_dir():
+        raise UsageError(f"{path} is neither an entry, nor an entries folder, nor a leaderboard folder")
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def known_suite_version(version: str) -> bool:
+    """A version this suite can read: the same major.minor (the cell format) and not newer than itself."""
+    try:
+        claimed = tuple(int(x) for x in version.split("."))
+        installed = tuple(int(x) for x in __version__.split(".")[:3])
+    except ValueError:
+        return False
+    return claimed[:2] == installed[:2] and claimed <= installed
+
+
+def difference(claimed, actual, where: str = "") -> str | None:
+    """Where and how two JSON values differ (numbers within TOLERANCE are equal), or None."""
+    if isinstance(claimed, bool) or isinstance(actual, bool):
+        same = claimed is actual
+    elif isinstance(claimed, (int, float)) and isinstance(actual, (int, float)):
+        same = abs(claimed - actual) <= TOLERANCE
+    elif isinstance(claimed, dict) and isinstance(actual, dict):
+        for key in sorted(set(claimed) | set(actual), key=str):
+            found = difference(claimed.get(key), actual.get(key), f"{where}.{key}")
+            if found:
+                return found
+        return None
+    elif isinstance(claimed, list) and isinstance(actual, list):
+        if len(claimed) != len(actual):
+            return f"{where}: {len(claimed)} items claimed, {len(actual)} recomputed from the cells"
+        for i, (c, a) in enumerate(zip(claimed, actual)):
+            found = difference(c, a, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    else:
+        same = claimed == actual
+    return None if same else f"{where}: claims {claimed!r}, the cells give {actual!r}"
+
+
+class _EvalSets:
+    """Evaluation sets regenerated with the installed suite, once per task, options, level and size."""
+
+    def __init__(self):
+        self._cache = {}
+
+    def facts(self, cell: dict, level: dict) -> dict:
+        options = json.dumps(cell["task_options"], sort_keys=True)
+        key = (cell["task"], options, level_key(level), cell["train"]["eval_size"])
+        if key not in self._cache:
+            task = get_task(cell["task"], **cell["task_options"])
+            batch, fp = task.eval_set(level, cell["train"]["eval_size"])
+            self._cache[key] = {"fingerprint": fp, "chance": task.chance(level), "ceiling": task.ceiling(level, batch),
+                                "n": batch["target"].numel()}
+        return self._cache[key]
+
+
+def _check_cell(result: dict, entry: dict, eval_sets: _EvalSets, reject) -> None:
+    cell = result["cell"]
+    where = f"cells/{result['cell_id']}.json"
+    if (cell["label"], cell["model"]) != (entry["model"]["label"], entry["model"]["name"]):
+        reject(f"{where}: model", f"{cell['label']} ({cell['model']}) is not the entry's model "
+                                  f"{entry['model']['label']} ({entry['model']['name']})")
+    if result.get("tmem_bench_version") != entry["suite"]["tmem_bench_version"]:
+        reject(f"{where}: tmem_bench_version",
+               f"{result.get('tmem_bench_version')!r} differs from the entry's suite version")
+    verdict = result["causality"]["verdict"]
+    if verdict != "causal":
+        reject(f"{where}: causality", f"the probe found the model {verdict!r}; only causal models are admitted")
+    if [ev["level"] for ev in result["eval"]] != list(cell["eval_levels"]):
+        reject(f"{where}: eval", "the evaluated levels are not the cell's eval_levels")
+        return
+    for ev in result["eval"]:
+        field_ = f"{where}: eval[{ev['level_key']}]"
+        if ev["level_key"] != level_key(ev["level"]):
+            reject(f"{field_}.level_key", f"{ev['level_key']!r} does not name the level {ev['level']}")
+        for name in ("accuracy", "chance", "ceiling"):
+            value = ev.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                reject(f"{field_}.{name}", f"{value!r} is out of range [0, 1]")
+        facts = eval_sets.facts(cell, ev["level"])
+        if ev["fingerprint"] != facts["fingerprint"]:
+            reject(f"{field_}.fingerprint", f"{ev['fingerprint'][:12]}... is not the installed suite's evaluation set "
+                                            f"({facts['fingerprint'][:12]}...)")
+        for name, actual in (("chance", facts["chance"]), ("ceiling", facts["ceiling"]), ("n", facts["n"])):
+            if difference(ev.get(name), actual):
+                reject(f"{field_}.{name}", f"claims {ev.get(name)!r}, the evaluation set gives {actual!r}")
+
+
+def _probe_again(results: list[dict], reject) -> None:
+    """The causality probe, rerun on the model of each task and variant exactly as training ran it."""
+    import torch
+
+    from ..train import build_model
+
+    done = set()
+    for result in sorted(results, key=lambda r: r["cell"]["seed"]):
+        cell = cell_from_dict(result["cell"])
+        if (cell.task, cell.variant) in done:
+            continue
+        done.add((cell.task, cell.variant))
+        model = build_model(cell)
+        task = get_task(cell.task, **cell.task_options)
+        batch = task.sample(cell.train_level, 1, torch.Generator().manual_seed(cell.seed))
+        seq_len = model.adapter(batch).shape[1]
+        probe = causality_probe(model.backbone, cell.model_options["d_model"], seq_len,
+                                blocked=model.adapter.blocked(batch), seed=cell.seed)
+        if probe["verdict"] != "causal":
+            reject(f"model ({cell.task} {cell.variant})", f"the causality probe, run again here, finds the model "
+                                                          f"{probe['verdict']!r}; only causal models are admitted")
+
+
+def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[dict | None, list[str]]:
+    slug = entry_dir.name
+    lines: list[str] = []
+
+    def reject(where: str, reason: str) -> None:
+        lines.append(f"{slug}: {where}: {reason}")
+
+    try:
+        entry = json.loads((entry_dir / "entry.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        reject("entry.json", f"unreadable ({type(e).__name__}: {e})")
+        return None, lines
+    for error in sorted(validator.iter_errors(entry), key=lambda e: list(map(str, e.absolute_path))):
+        reject("/".join(map(str, error.absolute_path)) or "entry.json", f"schema: {error.message}")
+    if lines:
+        return None, lines
+    if not known_suite_version(entry["suite"]["tmem_bench_version"]):
+        reject("suite.tmem_bench_version", f"{entry['suite']['tmem_bench_version']} is not a version this suite "
+                                           f"({__version__}) knows")
+        return None, lines
+
+    results = {}
+    for path in sorted((entry_dir / "cells").glob("*.json")):
+        try:
+            result = read_cell(path)
+            recomputed = cell_from_dict(result["cell"]).id
+        except ValueError as e:
+            reject(f"cells/{path.name}", str(e))
+            continue
+        except (KeyError, TypeError) as e:
+            reject(f"cells/{path.name}", f"not a complete cell result ({type(e).__name__}: {e})")
+            continue
+        if path.stem != result["cell_id"] or recomputed != result["cell_id"]:
+            reject(f"cells/{path.name}", f"the file name is not the hash of the cell's settings ({recomputed})")
+            continue
+        results[result["cell_id"]] = result
+    if sorted(results) != sorted(entry["cells"]) and not lines:
+        for missing in sorted(set(entry["cells"]) - set(results)):
+            reject("cells", f"{missing} is listed but its cell file is missing")
+        for extra in sorted(set(results) - set(entry["cells"])):
+            reject("cells", f"cells/{extra}.json is not listed in the entry")
+
+    try:
+        planned = [c for c in planned_cells(entry["run"], entry["profile"]) if c.label == entry["model"]["label"]]
+    except UsageError as e:
+        reject("profile", f"cannot plan the entry's cells with the installed suite: {e}")
+        return None, lines
+    for cell in planned:
+        if cell.id not in entry["cells"]:
+            reject("cells", f"missing {cell.describe()} (planned by the entry's profile and overrides)")
+    planned_ids = {c.id for c in planned}
+    for cell_id in sorted(set(entry["cells"]) - planned_ids):
+        reject("cells", f"{cell_id} is not a cell the entry's profile and overrides plan")
+    actual_id = profile_id(entry["profile"]["name"], entry["profile"]["toml"], entry["run"]["overrides"])
+    if entry["profile"]["id"] != actual_id:
+        reject("profile.id", f"claims {entry['profile']['id']!r}; its profile text and overrides make {actual_id!r}")
+
+    for result in results.values():
+        try:
+            _check_cell(result, entry, eval_sets, reject)
+        except (KeyError, TypeError, ValueError) as e:
+            reject(f"cells/{result['cell_id']}.json", f"incomplete ({type(e).__name__}: {e})")
+    for setting in entry["settings"]:
+        installed = task_version(setting["task"])
+        if setting["task_version"] != installed:
+            reject(f"settings ({setting['task']} {setting['variant']}).task_version",
+                   f"{setting['task_version']} is not the installed task's version {installed}")
+    if lines:
+        return None, lines
+
+    actual = derived(list(results.values()))
+    for key, value in actual.items():
+        found = difference(entry[key], value, key)
+        if found:
+            where, _, reason = found.partition(": ")
+            reject(where, reason)
+    if entry["causality"] != "causal":
+        reject("causality", f"verdict {entry['causality']!r}; only causal models are admitted")
+    if entry["ranked"] and len(entry["seeds"]) < RANKED_MIN_SEEDS:
+        reject("ranked", f"a ranked entry needs at least {RANKED_MIN_SEEDS} seeds, it has {len(entry['seeds'])}")
+    if not lines:
+        _probe_again(list(results.values()), reject)
+    return (None if lines else entry), lines
+
+
+def _duplicates(accepted: list[tuple[Path, dict]]) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """Of two entries sharing cells (the same experiment) or a name, the first stays and the later is rejected."""
+    kept, lines = [], []
+    for path, entry in accepted:
+        cells = set(entry["cells"])
+        clash = None
+        for other_path, other in kept:
+            shared = cells & set(other["cells"])
+            if shared:
+                clash = f"duplicate of {other_path.name}: {len(shared)} of its cells are the same cells"
+            elif entry["name"].casefold() == other["name"].casefold():
+                clash = f"duplicate of {other_path.name}: the same name {entry['name']!r}"
+            if clash:
+                break
+        if clash:
+            lines.append(f"{path.name}: {'cells' if 'cells' in clash else 'name'}: {clash}")
+        else:
+            kept.append((path, entry))
+    return kept, lines
+
+
+def validate(path="leaderboard") -> Validation:
+    from jsonschema import Draft202012Validator
+
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path} does not exist; give a leaderboard folder, an entries folder or an entry")
+    schema = json.loads(find_schema(path).read_text())
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    eval_sets = _EvalSets()
+    out = Validation()
+    good = []
+    for entry_dir in entry_dirs(path):
+        entry, lines = validate_entry(entry_dir, validator, eval_sets)
+        out.rejections.extend(lines)
+        if entry is not None:
+            good.append((entry_dir, entry))
+    out.accepted, lines = _duplicates(good)
+    out.rejections.extend(lines)
+    return out
