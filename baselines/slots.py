@@ -109,6 +109,7 @@ class SlotsTransformer(Transformer):
         # In "prefix" mode the last layer's slot update would have no reader.
         writes = [config.update == "recurrent" or i < config.n_layers - 1 for i in range(config.n_layers)]
         self.slot_layers = nn.ModuleList(SlotLayer(config, w) for w in writes)
+        self.ln_f = self._modules.pop("ln_f")  # last, as in MemoryTransformer (same numbers per seed)
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
         if self.config.update == "prefix":

@@ -382,3 +382,13 @@ def test_probe_positions_cover_both_ends_and_reject_too_few():
     assert probe_positions(S, 32, torch.Generator()) == list(range(1, S))  # the registry tests probe every t
     with pytest.raises(ValueError, match="max_positions"):
         probe_positions(500, 1, torch.Generator())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_final_norm_is_the_last_child(name):
+    """Parameter order sets the summation order of the clipped gradient norm, so moving a
+    module changes the bits of every clipped step: the final norm stays last, where it was
+    when the committed example runs were made (they reproduce exactly)."""
+    children = [n for n, _ in build(name).named_children()]
+    if "ln_f" in children:
+        assert children[-1] == "ln_f", children

@@ -280,6 +280,10 @@ class MemoryTransformer(Transformer):
         self.gammas = nn.Parameter(torch.full((config.n_layers,), float(config.gate_init)))
         self.mem_dropout = nn.Dropout(config.dropout)
         self._memory_off = False
+        # The final norm goes last among the children, as it did before this class derived from
+        # Transformer: parameter order sets the order of the clipped gradient norm's sum, and so
+        # the bits of every clipped step of a seed.
+        self.ln_f = self._modules.pop("ln_f")
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
         mask = self.mask(x.shape[1], x.device, blocked)
