@@ -347,18 +347,18 @@ def test_without_the_extension_auto_falls_back(monkeypatch):
 def test_stale_extension_is_refused(monkeypatch, stale):
     """A build whose interface version is not tm_fast's (or that has none) is never called:
     `auto` warns once and takes the PyTorch scan, `native` says why it cannot run."""
-    found = tm_fast.INTERFACE_VERSION - 1 if stale == "older version" else None
+    found = native.INTERFACE_VERSION - 1 if stale == "older version" else None
     library = types.SimpleNamespace()  # a stand-in for the ctypes library: nothing else is looked up
     if found is not None:
         library.tm_interface_version = lambda: found
     monkeypatch.setattr(native, "_open_native", lambda path=None: library)
     monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.delenv("TMEM_BENCH_NO_NATIVE", raising=False)
-    expected = f"interface version {found}, tm_fast expects {tm_fast.INTERFACE_VERSION}"
+    expected = f"interface version {found}, tm_fast expects {native.INTERFACE_VERSION}"
     x = torch.randn(2, 3)
     with pytest.warns(UserWarning, match=re.escape(expected)):
         assert tm_fast.resolve_kernel("auto", x) == "auto"
-    assert tm_fast.native_library() is None
+    assert native.native_library() is None
     with pytest.raises(RuntimeError, match=re.escape(expected)):
         tm_fast.resolve_kernel("native", x)
 
@@ -367,10 +367,10 @@ def test_native_signatures_match_scan_c():
     """tm_fast's argument lists and interface version are those of _scan.c, argument for argument."""
     source = (Path(__file__).resolve().parents[1] / "tmem_bench" / "_scan.c").read_text()
     version = re.search(r"^#define TM_INTERFACE_VERSION (\d+)$", source, re.M)
-    assert version and int(version.group(1)) == tm_fast.INTERFACE_VERSION
+    assert version and int(version.group(1)) == native.INTERFACE_VERSION
     assert re.search(r"^const char \*tm_variant\(void\) {", source, re.M)
     ctype_of = {"int ": ctypes.c_int, "float *": native._FLOATS}
-    for name, signature in tm_fast.NATIVE_SIGNATURES.items():
+    for name, signature in native.NATIVE_SIGNATURES.items():
         params = re.search(rf"^int {name}\(([^)]*)\) {{", source, re.M).group(1)
         declared = [re.fullmatch(r"(?:const )?(int |float \*)(\w+)", " ".join(p.split())).groups()
                     for p in params.split(",")]
@@ -380,7 +380,7 @@ def test_native_signatures_match_scan_c():
 def test_native_call_takes_every_argument_by_name():
     with pytest.raises(TypeError, match=r"missing arguments \['N',.*unknown arguments \['Q'\]"):
         native.native_call("tm_forward", B=1, Q=2)
-    args = {arg: 1 if ctype is ctypes.c_int else torch.zeros(2) for arg, ctype in tm_fast.NATIVE_SIGNATURES["tm_forward"]}
+    args = {arg: 1 if ctype is ctypes.c_int else torch.zeros(2) for arg, ctype in native.NATIVE_SIGNATURES["tm_forward"]}
     with pytest.raises(ValueError, match="h0 must be contiguous float32"):
         native.native_call("tm_forward", **{**args, "h0": torch.zeros(2, dtype=torch.float64)})
     with pytest.raises(ValueError, match="c0 must be contiguous float32"):

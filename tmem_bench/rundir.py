@@ -81,30 +81,35 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     return stale
 
 
-def planned_ids(manifest: dict) -> set[str]:
-    cells = manifest.get("cells")
-    if not isinstance(cells, list):
-        raise UsageError(f"manifest.json: 'cells' must be a list, got {type(cells).__name__}")
-    return {c["id"] if isinstance(c, dict) else c for c in cells}
+def planned_cells(manifest) -> dict[str, str | None]:
+    """Planned cell id -> its description (None in manifests written before descriptions were stored)."""
+    entries = manifest.get("cells", []) if isinstance(manifest, dict) else []
+    if not isinstance(entries, list):
+        raise UsageError(f"manifest.json: 'cells' must be a list, got {type(entries).__name__}")
+    return dict((e["id"], e.get("describe")) if isinstance(e, dict) else (e, None) for e in entries)
 
 
-def check_same_plan(run_dir: Path, cells, settings: dict) -> list[dict]:
-    """The cells an existing manifest plans; a UsageError naming the difference when they are
-    not this plan's (so results of two plans never mix silently)."""
+def plan_to_record(run_dir: Path, cells, settings: dict, append: bool) -> list[dict]:
+    """The planned cells the manifest is to hold: this plan's, and with `append` also those an
+    existing manifest plans. A different plan without `append` is a UsageError naming the
+    difference, so results of two plans never mix silently."""
+    ours = {c.id: c.describe() for c in cells}
     path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
-        return []
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path} is unreadable ({e}); move it away or use another --out") from None
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{path} is not a run manifest")
-    if planned_ids(manifest) == {c.id for c in cells}:
-        return manifest["cells"]
-    old = manifest.get("settings") or {}
-    changed = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in sorted(set(old) | set(settings))
-               if old.get(k) != settings.get(k)]
-    what = "; ".join(changed) or f"{len(planned_ids(manifest) ^ {c.id for c in cells})} planned cells differ"
-    raise UsageError(f"run directory {str(run_dir)!r} holds another plan ({what}); "
-                     "use another --out, or --append to add this plan's cells to it")
+    earlier: dict = {}
+    if path.is_file():
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"{path} is unreadable ({e}); move it away or use another --out") from None
+        if not isinstance(manifest, dict):
+            raise UsageError(f"{path} is not a run manifest")
+        earlier = planned_cells(manifest)
+        if set(earlier) != set(ours) and not append:
+            old = manifest.get("settings") or {}
+            changed = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in sorted(set(old) | set(settings))
+                       if old.get(k) != settings.get(k)]
+            what = "; ".join(changed) or f"{len(set(earlier) ^ set(ours))} planned cells differ"
+            raise UsageError(f"run directory {str(run_dir)!r} holds another plan ({what}); "
+                             "use another --out, or --append to add this plan's cells to it")
+    merged = {**{k: v for k, v in earlier.items() if k not in ours}, **ours}
+    return [{"id": k, "describe": v} for k, v in merged.items()]

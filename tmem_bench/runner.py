@@ -2,7 +2,6 @@
 then recorded, resume for free."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -16,11 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__
-from .errors import UsageError, check_int
+from .errors import check_int
 from .executors import Executor, ExecutorOptions, failure, make_executor, usable, write_jobs_record
 from .plan import Cell, cell_from_dict
 from .results import cell_path, failed_path, load_cells, read_cell, results_table, write_atomic, write_json
-from .rundir import check_same_plan, prepare_run_dir, remove_stale_temporaries, run_lock
+from .rundir import plan_to_record, prepare_run_dir, remove_stale_temporaries, run_lock
 from .train import resolve_device, run_cell
 
 
@@ -71,16 +70,7 @@ def run_plan(
 def _run_locked(cells: list[Cell], run_dir: Path, device: str, settings: dict, console: Console,
                 append: bool, options: ExecutorOptions, retries: int) -> list[dict]:
     resolved = resolve_device(device)
-    planned = [{"id": c.id, "describe": c.describe()} for c in cells]
-    try:
-        check_same_plan(run_dir, cells, settings)
-    except UsageError:
-        if not append:
-            raise
-        earlier = json.loads((run_dir / "manifest.json").read_text())["cells"]
-        ours = {c.id for c in cells}
-        planned = [c if isinstance(c, dict) else {"id": c, "describe": None} for c in earlier
-                   if (c["id"] if isinstance(c, dict) else c) not in ours] + planned
+    planned = plan_to_record(run_dir, cells, settings, append)
     for path in remove_stale_temporaries(run_dir) + _remove_stale_failure_temporaries(run_dir):
         console.print(f"removed {path.name}, a temporary file left by a killed run")
     write_json(run_dir / "manifest.json", {

@@ -35,8 +35,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .native import (INTERFACE_VERSION, NATIVE_SIGNATURES, WEIGHTS, native_call, native_library,  # noqa: F401
-                     native_status, native_variant)
+from .native import WEIGHTS, native_call, native_status, native_variant
 
 KERNELS = ("auto", "native", "compiled", "eager")
 

@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
-from .. import __version__
 from ..errors import UsageError
 from ..plan import Overrides, plan_task, profile_names
 from ..registry import get_backbone, get_task, task_names

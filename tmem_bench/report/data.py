@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..results import load_cells, read_failures, rows
+from ..rundir import planned_cells
 
 TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
@@ -48,12 +49,6 @@ class RunData:
         return "the causality probe found a leak in " + "; ".join(f"{m} ({', '.join(w)})" for m, w in leaks.items())
 
 
-def planned_cells(manifest) -> dict[str, str | None]:
-    """Planned cell id -> its description; manifests written before descriptions were stored list bare ids."""
-    entries = manifest.get("cells", []) if isinstance(manifest, dict) else []
-    return dict((e["id"], e.get("describe")) if isinstance(e, dict) else (e, None) for e in entries)
-
-
 def load_run(run_dir) -> RunData:
     """Every readable cell of a run; problems name each unreadable, incomplete or missing cell."""
     run_dir = Path(run_dir)
@@ -76,7 +71,12 @@ def load_run(run_dir) -> RunData:
     problems.extend(errors)
     stored_ids = {path.stem for path in cells_dir.glob("*.json")}
     failures = read_failures(run_dir)
-    for cid, described in planned_cells(manifest).items():
+    try:
+        planned = planned_cells(manifest)
+    except UsageError as e:
+        problems.append(f"{e}; planned cells cannot be checked")
+        planned = {}
+    for cid, described in planned.items():
         if cid in stored_ids:
             continue
         what = f" ({described})" if described else ""
