@@ -2,13 +2,23 @@
 
 A hidden 8x8 grid has each cell occupied with probability `p_occupied` (0.5: then
 neither answer is favoured and chance is exactly 50%). For T steps (the `horizon`)
-the model sees a 2x2 patch of the grid at a window position; then one query
-names a cell and the target is its occupancy.
+the model sees a 2x2 patch of the grid at a window position; then `n_queries` (1,
+as in the paper) query tokens each name a cell, and each target is its occupancy.
 
 Tokens have 7 features:
   observation: the 4 patch values (row-major: (r,c), (r,c+1), (r+1,c), (r+1,c+1)),
                r/8, c/8, 0      with the window's top-left cell (r, c), r, c in 0..6
   query:       0, 0, 0, 0, qr/8, qc/8, 1      with the queried cell (qr, qc) in 0..7
+
+Encodings (`encoding`), how the adapter turns an episode into tokens:
+  "scalar"   T + Q tokens, one Linear of the 7 features above (the paper's): a
+             position is two numbers, which attention can match to the queried cell
+             only after learning a bump function of their difference, and little
+             is learned at small budgets.
+  "cells"    4T + Q tokens, one per observed cell: a learned embedding of its cell
+             index (shared with the query tokens, which embed the queried cell) plus
+             an embedding of its value and of the token type; attention can match a
+             query to the cells with its index directly.
 
 Window trajectories: "random" places every window uniformly at random (the
 paper's setting); "walk" starts at a random position and moves one cell up, down,
@@ -42,6 +52,8 @@ GRID = 8
 WINDOW = 2
 N_FEATURES = 7
 TRAJECTORIES = ("random", "walk")
+ENCODINGS = ("scalar", "cells")
+N_WINDOWS = GRID - WINDOW + 1  # window positions per axis
 # Offsets of the patch cells inside the window, in the order of the token features.
 _PATCH_ROWS = torch.tensor([0, 0, 1, 1])
 _PATCH_COLS = torch.tensor([0, 1, 0, 1])
@@ -49,62 +61,88 @@ _MOVES = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])
 
 
 def tokens(batch: Batch) -> torch.Tensor:
-    """The (B, T + 1, 7) token features of a batch: T observations, then the query."""
-    patches, windows, query = batch["patches"], batch["windows"], batch["query"]  # (B, T, 4), (B, T, 2), (B, 2)
+    """The (B, T + Q, 7) token features of a batch: T observations, then the Q queries."""
+    patches, windows, query = batch["patches"], batch["windows"], batch["query"]  # (B, T, 4), (B, T, 2), (B, Q, 2)
     B, T, _ = patches.shape
+    Q = query.shape[1]
     obs = torch.cat([patches, windows.float() / GRID, patches.new_zeros(B, T, 1)], dim=-1)  # (B, T, 7)
-    ask = torch.cat([patches.new_zeros(B, 4), query.float() / GRID, patches.new_ones(B, 1)], dim=-1)  # (B, 7)
-    return torch.cat([obs, ask[:, None]], dim=1)
+    ask = torch.cat([patches.new_zeros(B, Q, 4), query.float() / GRID, patches.new_ones(B, Q, 1)], dim=-1)  # (B, Q, 7)
+    return torch.cat([obs, ask], dim=1)
+
+
+def observed_cells(windows: torch.Tensor) -> torch.Tensor:
+    """(B, T, 4) cell indices r * 8 + c covered by each window, in the patch order."""
+    return (windows[..., :1] + _PATCH_ROWS) * GRID + windows[..., 1:] + _PATCH_COLS
 
 
 def query_seen(batch: Batch) -> torch.Tensor:
-    """(B,) bool: whether any window covered the queried cell."""
-    d = batch["query"][:, None] - batch["windows"]  # (B, T, 2)
+    """(B, Q) bool: whether any window covered each queried cell."""
+    d = batch["query"][:, :, None] - batch["windows"][:, None]  # (B, Q, T, 2)
     return ((d >= 0) & (d < WINDOW)).all(-1).any(-1)
 
 
 class MapBuildingAdapter(Adapter):
-    def __init__(self, d_model: int, block_queries: bool):
+    def __init__(self, d_model: int, block_queries: bool, encoding: str = "scalar"):
         super().__init__()
         self.block_queries = block_queries
-        self.proj = nn.Linear(N_FEATURES, d_model)
+        self.encoding = encoding
+        if encoding == "scalar":
+            self.proj = nn.Linear(N_FEATURES, d_model)
+        else:
+            self.cell_emb = nn.Embedding(GRID * GRID, d_model)
+            self.value_emb = nn.Embedding(2, d_model)
+            self.type_emb = nn.Embedding(2, d_model)  # 0 = observation, 1 = query
         self.head_proj = nn.Linear(d_model, 2)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        return self.proj(tokens(batch))  # (B, T + 1, d)
+        if self.encoding == "scalar":
+            return self.proj(tokens(batch))  # (B, T + Q, d)
+        patches, windows, query = batch["patches"], batch["windows"], batch["query"]  # (B, T, 4), (B, T, 2), (B, Q, 2)
+        types = self.type_emb.weight
+        obs = types[0] + self.cell_emb(observed_cells(windows).flatten(1)) + self.value_emb(patches.flatten(1).long())
+        ask = types[1] + self.cell_emb(query[..., 0] * GRID + query[..., 1])  # (B, Q, d)
+        return torch.cat([obs, ask], dim=1)  # (B, 4T + Q, d)
 
     def blocked(self, batch: Batch) -> torch.Tensor | None:
         if not self.block_queries:
             return None
-        T = batch["windows"].shape[1]
-        blocked = torch.zeros(T + 1, T + 1, dtype=torch.bool)
-        blocked[T, :T] = True  # the query reaches the observations only through a memory
+        Q = batch["query"].shape[1]
+        S = Q + batch["windows"].shape[1] * (1 if self.encoding == "scalar" else WINDOW * WINDOW)
+        blocked = torch.zeros(S, S, dtype=torch.bool)
+        blocked[S - Q:, :S - Q] = True  # the queries reach the observations only through a memory
         return blocked
 
     def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return self.head_proj(h[:, -1:])  # (B, 1, 2)
+        return self.head_proj(h[:, -batch["query"].shape[1]:])  # (B, Q, 2)
 
 
 class MapBuilding(Task):
     name = "map_building"
     axes = ("horizon",)
     n_classes = 2
+    version = 2  # queries are (B, Q, 2) since n_queries
 
-    def __init__(self, trajectory: str = "random", p_occupied: float = 0.5, block_queries: bool = False):
+    def __init__(self, trajectory: str = "random", p_occupied: float = 0.5, block_queries: bool = False,
+                 encoding: str = "scalar", n_queries: int = 1):
         if trajectory not in TRAJECTORIES:
             raise UsageError(f"trajectory {trajectory!r} is not one of {', '.join(TRAJECTORIES)}")
+        if encoding not in ENCODINGS:
+            raise UsageError(f"encoding {encoding!r} is not one of {', '.join(ENCODINGS)}")
         self.trajectory = trajectory
         self.p_occupied = check_float("p_occupied", p_occupied, maximum=1.0)
         self.block_queries = bool(block_queries)
+        self.encoding = encoding
+        self.n_queries = check_int("n_queries", n_queries)
 
     def options(self) -> dict:
-        return {"trajectory": self.trajectory, "p_occupied": self.p_occupied, "block_queries": self.block_queries}
+        return {"trajectory": self.trajectory, "p_occupied": self.p_occupied, "block_queries": self.block_queries,
+                "encoding": self.encoding, "n_queries": self.n_queries}
 
     def _check_value(self, axis: str, value):
         return check_int(axis, value)
 
     def _windows(self, batch_size: int, horizon: int, generator: torch.Generator) -> torch.Tensor:
-        n = GRID - WINDOW + 1
+        n = N_WINDOWS
         if self.trajectory == "random":
             return torch.randint(0, n, (batch_size, horizon, 2), generator=generator)
         start = torch.randint(0, n, (batch_size, 2), generator=generator)
@@ -120,16 +158,14 @@ class MapBuilding(Task):
         horizon = level["horizon"]
         grid = torch.rand(batch_size, GRID, GRID, generator=generator) < self.p_occupied  # (B, 8, 8)
         windows = self._windows(batch_size, horizon, generator)  # (B, T, 2)
-        query = torch.randint(0, GRID, (batch_size, 2), generator=generator)  # (B, 2)
-        b = torch.arange(batch_size)
-        rows = windows[..., :1] + _PATCH_ROWS  # (B, T, 4)
-        cols = windows[..., 1:] + _PATCH_COLS
-        patches = grid[b[:, None, None], rows, cols].float()  # (B, T, 4)
-        target = grid[b, query[:, 0], query[:, 1]].long()[:, None]  # (B, 1)
+        query = torch.randint(0, GRID, (batch_size, self.n_queries, 2), generator=generator)  # (B, Q, 2)
+        flat = grid.flatten(1)  # (B, 64)
+        patches = flat.gather(1, observed_cells(windows).flatten(1)).view(batch_size, horizon, 4).float()  # (B, T, 4)
+        target = flat.gather(1, query[..., 0] * GRID + query[..., 1]).long()  # (B, Q)
         return {"patches": patches, "windows": windows, "query": query, "target": target}
 
     def make_adapter(self, d_model: int) -> Adapter:
-        return MapBuildingAdapter(d_model, self.block_queries)
+        return MapBuildingAdapter(d_model, self.block_queries, self.encoding)
 
     def chance(self, level: Level) -> float:
         return max(self.p_occupied, 1 - self.p_occupied)
@@ -139,18 +175,19 @@ class MapBuilding(Task):
         return float((seen + (1 - seen) * self.chance(level)).mean())
 
     def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
-        """(B, 1) answers of a reader that remembers every observation token and
+        """(B, Q) answers of a reader that remembers every observation token and
         guesses the likelier value for cells it never saw. Reads only the tokens."""
-        x = tokens(batch)  # (B, T + 1, 7)
-        obs, ask = x[:, :-1], x[:, -1]
+        Q = batch["query"].shape[1]
+        x = tokens(batch)  # (B, T + Q, 7)
+        obs, ask = x[:, :-Q], x[:, -Q:]
         B = x.shape[0]
         r = (obs[..., 4] * GRID).round().long()[..., None] + _PATCH_ROWS  # (B, T, 4)
         c = (obs[..., 5] * GRID).round().long()[..., None] + _PATCH_COLS
         cells = (r * GRID + c).flatten(1)  # (B, T * 4)
         known = torch.zeros(B, GRID * GRID, dtype=torch.bool).scatter_(1, cells, True)
         value = torch.zeros(B, GRID * GRID).scatter_(1, cells, obs[..., :4].flatten(1))
-        q = ((ask[:, 4] * GRID).round() * GRID + (ask[:, 5] * GRID).round()).long()[:, None]  # (B, 1)
-        guess = torch.full((B, 1), int(self.p_occupied > 0.5))
+        q = ((ask[..., 4] * GRID).round() * GRID + (ask[..., 5] * GRID).round()).long()  # (B, Q)
+        guess = torch.full((B, Q), int(self.p_occupied > 0.5))
         return torch.where(known.gather(1, q), value.gather(1, q).long(), guess)
 
 
@@ -192,7 +229,7 @@ class MapBuildingEnv(gymnasium.Env):
         elif self._generator is None:
             self._generator = torch.Generator().manual_seed(int(self.np_random.integers(2**62)))
         batch = self.task.sample(self.level, 1, self._generator)
-        self._tokens = tokens(batch)[0].numpy()  # (T + 1, 7)
+        self._tokens = tokens(batch)[0].numpy()  # (T + 1, 7): the env asks one query
         self._answer = int(batch["target"][0, 0])
         self._t = 0
         return self._tokens[0].copy(), {}

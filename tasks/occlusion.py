@@ -20,6 +20,11 @@ Options:
                    visible frames next to the hidden ones). The box's size and place
                    follow the hidden path, so it carries information about it; the
                    ceiling counts that (with every frame hidden it is about 0.45, not 0.25).
+  block_hidden = True  memory forcing (needs hide = "end", no occluder): the tokens
+                   of hidden frames may not attend to the tokens of visible frames,
+                   so attention sees only blank frames where the answer is read and
+                   an attention-only model is at chance by construction; what was
+                   seen reaches the answer only through a state the backbone carries.
 
 Tokens: each frame is cut into 16 patches of 4x4 pixels (row-major); a patch's 16
 pixels go through one Linear to d, plus learned patch-position and frame-position
@@ -67,8 +72,9 @@ def patchify(frames: torch.Tensor) -> torch.Tensor:
 
 
 class OcclusionAdapter(Adapter):
-    def __init__(self, d_model: int, n_frames: int):
+    def __init__(self, d_model: int, n_frames: int, task: "Occlusion | None" = None):
         super().__init__()
+        self.task = task
         self.proj = nn.Linear(PATCH * PATCH, d_model)
         self.patch_pos = nn.Parameter(torch.randn(N_PATCHES, d_model) * 0.02)
         self.frame_pos = nn.Parameter(torch.randn(n_frames, d_model) * 0.02)
@@ -80,6 +86,13 @@ class OcclusionAdapter(Adapter):
         pos = (self.frame_pos[:T, None] + self.patch_pos[None]).reshape(T * N_PATCHES, -1)  # (T * 16, d)
         return self.proj(patchify(frames)) + pos  # (B, T * 16, d)
 
+    def blocked(self, batch: Batch) -> torch.Tensor | None:
+        if self.task is None or not self.task.block_hidden:
+            return None
+        hidden = self.task.hidden_frames(int(batch["occlusion_len"][0]))  # (T,)
+        hidden = hidden.repeat_interleave(N_PATCHES)  # (T * 16,)
+        return hidden[:, None] & ~hidden[None, :]  # (S, S): hidden rows may not see visible columns
+
     def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:
         return self.head_proj(h[:, -N_PATCHES:].mean(dim=1))[:, None]  # (B, 1, 4)
 
@@ -89,15 +102,24 @@ class Occlusion(Task):
     axes = ("occlusion_len",)
     n_classes = 4
 
-    def __init__(self, n_frames: int = 8, occluder: bool = False, hide: str = "middle"):
+    def __init__(self, n_frames: int = 8, occluder: bool = False, hide: str = "middle", block_hidden: bool = False):
         self.n_frames = check_int("n_frames", n_frames)
         if hide not in HIDES:
             raise UsageError(f"hide {hide!r} is not one of {', '.join(HIDES)}")
         self.occluder = bool(occluder)
         self.hide = hide
+        self.block_hidden = bool(block_hidden)
+        if self.block_hidden and (hide != "end" or self.occluder):
+            # Hidden middle frames are followed by a visible last frame, and an occluder
+            # box drawn in hidden frames shows where the ball went: either way attention
+            # would still see the answer.
+            raise UsageError('block_hidden needs hide = "end" and occluder = false')
 
     def options(self) -> dict:
-        return {"n_frames": self.n_frames, "occluder": self.occluder, "hide": self.hide}
+        options = {"n_frames": self.n_frames, "occluder": self.occluder, "hide": self.hide}
+        if self.block_hidden:
+            options["block_hidden"] = True
+        return options
 
     def _check_value(self, axis: str, value):
         value = check_int(axis, value, minimum=0)
@@ -139,10 +161,13 @@ class Occlusion(Task):
         velocity = VELOCITIES[torch.randint(0, len(VELOCITIES), (batch_size,), generator=generator)]
         frames = self.render(start, velocity, level["occlusion_len"])
         target = quadrant(self.positions(start, velocity)[:, -1] % SIZE)[:, None]  # (B, 1)
-        return {"frames": frames, "target": target}
+        batch = {"frames": frames, "target": target}
+        if self.block_hidden:  # the mask depends on the level (only here, so other variants keep their fingerprints)
+            batch["occlusion_len"] = torch.full((batch_size,), level["occlusion_len"])
+        return batch
 
     def make_adapter(self, d_model: int) -> Adapter:
-        return OcclusionAdapter(d_model, self.n_frames)
+        return OcclusionAdapter(d_model, self.n_frames, self)
 
     def hypotheses(self, occlusion_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Frame fingerprints (2048, 2) and last-frame quadrants (2048,) of every (start, velocity)."""

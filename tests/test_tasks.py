@@ -47,8 +47,21 @@ def variants() -> list[tuple[str, dict]]:
     return list(out.values())
 
 
+def variant_id(name: str, options: dict) -> str:
+    return f"{name}-{','.join(f'{k}={v}' for k, v in options.items()) or 'default'}"
+
+
 VARIANTS = variants()
-VARIANT_IDS = [f"{n}-{','.join(f'{k}={v}' for k, v in o.items()) or 'default'}" for n, o in VARIANTS]
+VARIANT_IDS = [variant_id(n, o) for n, o in VARIANTS]
+# Variants of the newer options, covered here whether or not (yet) a profile lists them.
+NEW_VARIANTS = [
+    ("occlusion", {"n_frames": 4, "hide": "end", "block_hidden": True}),
+    *[("map_building", {"encoding": e, "n_queries": 3}) for e in map_building.ENCODINGS],
+    *[("map_building", {"encoding": e, "n_queries": q, "block_queries": True})
+      for e in map_building.ENCODINGS for q in (1, 3)],
+]
+ALL_VARIANTS = VARIANTS + [v for v in NEW_VARIANTS if v not in VARIANTS]
+ALL_VARIANT_IDS = [variant_id(n, o) for n, o in ALL_VARIANTS]
 
 
 def binomial_tolerance(n: int, p: float = 0.5) -> float:
@@ -61,7 +74,7 @@ def test_every_task_is_in_every_profile(name):
         assert name in load_profile(profile)["tasks"], f"{name} has no [tasks.{name}] in {profile}.toml"
 
 
-@pytest.mark.parametrize("name,options", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
 def test_shapes_and_dtypes(name, options):
     task = get_task(name, **options)
     for level in profile_levels(name):
@@ -122,7 +135,7 @@ def test_fingerprints_are_stable_across_processes():
     assert there == here
 
 
-@pytest.mark.parametrize("name,options", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
 def test_oracle_reaches_the_ceiling(name, options):
     task = get_task(name, **options)
     levels = profile_levels(name) + profile_levels(name, "paper")
@@ -150,7 +163,7 @@ def test_chance_is_the_best_constant_predictor(name):
         assert abs(best - chance) < binomial_tolerance(target.shape[0], chance), (level, best, chance)
 
 
-@pytest.mark.parametrize("name,options", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
 def test_tiny_end_to_end_run(name, options):
     task = get_task(name, **options)
     levels = tuple(profile_levels(name))
@@ -172,25 +185,134 @@ def test_tiny_end_to_end_run(name, options):
         assert 0.0 <= entry["accuracy"] <= 1.0 and entry["n"] == batch["target"].numel()
 
 
-BLOCKING = [(n, o) for n, o in VARIANTS if o.get("block_queries")]
+# Memory forcing: a variant with one of these options true hands the backbone a mask of forbidden edges.
+FORCING_OPTIONS = ("block_queries", "block_hidden")
+FORCING_LEVELS = {"occlusion": [{"occlusion_len": 1}, {"occlusion_len": 2}], "map_building": [{"horizon": 4}]}
+FORCING = [(n, o, profile_levels(n)) for n, o in VARIANTS if any(o.get(k) for k in FORCING_OPTIONS)]
+FORCING += [(n, o, FORCING_LEVELS[n]) for n, o in NEW_VARIANTS if any(o.get(k) for k in FORCING_OPTIONS)]
 
 
-@pytest.mark.parametrize("name,options", BLOCKING, ids=[f"{n}" for n, _ in BLOCKING])
-def test_block_queries_cuts_every_edge_from_queries_to_earlier_tokens(name, options):
+def cut(blocked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, C) of an (S, S) mask: the rows with a blocked edge, and the columns blocked for any of them."""
+    return blocked.any(1), blocked.any(0)
+
+
+@pytest.mark.parametrize("name,options,levels", FORCING, ids=[variant_id(n, o) for n, o, _ in FORCING])
+def test_memory_forcing_cuts_later_tokens_from_earlier_ones(name, options, levels):
     task = get_task(name, **options)
-    level = profile_levels(name)[0]
-    batch = task.sample(level, 4, torch.Generator().manual_seed(0))
-    adapter = task.make_adapter(16)
-    x = adapter(batch).detach()
-    S, n = x.shape[1], batch["target"].shape[1]
-    blocked = adapter.blocked(batch)
-    assert blocked[S - n:, :S - n].all() and not blocked[:S - n].any()
-    # Through attention alone (the plain transformer), queries cannot see what came before them.
     backbone = get_backbone("base", d_model=16, n_layers=2, n_heads=2, dropout=0.0).eval()
-    x2 = x.clone()
-    x2[:, :S - n] = torch.randn(4, S - n, 16)
+    n_cut = 0
+    for level in levels:
+        batch = task.sample(task.validate_level(level), 4, torch.Generator().manual_seed(0))
+        adapter = task.make_adapter(16)
+        x = adapter(batch).detach()
+        blocked = adapter.blocked(batch)
+        assert blocked is not None and blocked.shape == (x.shape[1], x.shape[1])
+        if not blocked.any():  # e.g. occlusion_len 0: nothing hidden, nothing to cut
+            continue
+        n_cut += 1
+        R, C = cut(blocked)
+        assert torch.equal(blocked, R[:, None] & C[None, :]), "the blocked edges are not the rectangle R x C"
+        assert C.nonzero().max() < R.nonzero().min(), "a blocked column is not earlier than every blocked row"
+        # Through attention alone (the plain transformer), the rows R cannot see the inputs at C ...
+        x2 = x.clone()
+        x2[:, C] = torch.randn(x.shape[0], int(C.sum()), x.shape[2])
+        with torch.no_grad():
+            assert torch.equal(backbone(x, blocked)[:, R], backbone(x2, blocked)[:, R]), level
+            # ... which they do see without the mask, so the check above can fail.
+            assert not torch.equal(backbone(x, None)[:, R], backbone(x2, None)[:, R]), level
+    assert n_cut, f"no level of {levels} blocks any edge"
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 3])
+def test_block_hidden_cuts_hidden_frames_from_visible_frames(length):
+    T = 4
+    task = occlusion.Occlusion(n_frames=T, hide="end", block_hidden=True)
+    batch = task.sample({"occlusion_len": length}, 4, torch.Generator().manual_seed(0))
+    assert batch["occlusion_len"].tolist() == [length] * 4
+    blocked = task.make_adapter(16).blocked(batch)
+    frame = torch.arange(T * occlusion.N_PATCHES) // occlusion.N_PATCHES  # the frame of each token
+    if length == 0:
+        assert blocked.shape == (T * 16, T * 16) and not blocked.any()
+        return
+    R, C = cut(blocked)
+    assert torch.equal(R, frame >= T - length), "R is not the tokens of the last L frames"
+    assert torch.equal(C, frame < T - length), "C is not the tokens of the visible frames"
+
+
+def test_occlusion_without_block_hidden_has_no_mask_and_no_extra_key():
+    task = occlusion.Occlusion(n_frames=4, hide="end")
+    batch = task.sample({"occlusion_len": 2}, 4, torch.Generator().manual_seed(0))
+    assert set(batch) == {"frames", "target"}  # the fingerprints of existing variants are unchanged
+    assert task.make_adapter(16).blocked(batch) is None
+
+
+@pytest.mark.parametrize("n_queries", [1, 3])
+@pytest.mark.parametrize("encoding", map_building.ENCODINGS)
+def test_block_queries_cuts_every_query_from_every_observation(encoding, n_queries):
+    T = 5
+    task = map_building.MapBuilding(encoding=encoding, n_queries=n_queries, block_queries=True)
+    batch = task.sample({"horizon": T}, 4, torch.Generator().manual_seed(0))
+    adapter = task.make_adapter(16)
+    n_obs = T if encoding == "scalar" else 4 * T
+    S = n_obs + n_queries
+    assert adapter(batch).shape[1] == S
+    R, C = cut(adapter.blocked(batch))
+    assert torch.equal(R, torch.arange(S) >= n_obs), "R is not the last Q tokens"
+    assert torch.equal(C, torch.arange(S) < n_obs), "C is not every observation token"
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_block_hidden_leaves_attention_a_constant_readout(length):
+    """Chance by construction: the rows that the head reads see only blank frames, the same in every sample."""
+    task = occlusion.Occlusion(n_frames=4, hide="end", block_hidden=True)
+    batch = task.sample({"occlusion_len": length}, 16, torch.Generator().manual_seed(0))
+    adapter = task.make_adapter(16)
+    backbone = get_backbone("base", d_model=16, n_layers=2, n_heads=2, dropout=0.0).eval()
+    blocked = adapter.blocked(batch)
+    R, _ = cut(blocked)
     with torch.no_grad():
-        assert torch.equal(backbone(x, blocked)[:, S - n:], backbone(x2, blocked)[:, S - n:])
+        x = adapter(batch)
+        assert torch.equal(x[:, R], x[:1, R].expand_as(x[:, R])), "hidden-frame inputs differ across the batch"
+        assert not torch.equal(x[:, ~R], x[:1, ~R].expand_as(x[:, ~R]))  # the visible frames do differ
+        assert batch["target"].unique().numel() > 1  # so a constant readout is not always right
+        logits = adapter.head(backbone(x, blocked), batch)  # (B, 1, 4)
+        unmasked = adapter.head(backbone(x, None), batch)
+    assert (logits - logits[:1]).abs().max() < 1e-6, "an attention-only readout depends on the sample"
+    assert (unmasked - unmasked[:1]).abs().max() > 1e-4  # without the mask it does, so the check can fail
+
+
+@pytest.mark.parametrize("options", [
+    {"block_hidden": True},  # hide defaults to "middle"
+    {"hide": "middle", "block_hidden": True},
+    {"hide": "end", "occluder": True, "block_hidden": True},
+])
+def test_block_hidden_needs_hide_end_and_no_occluder(options):
+    with pytest.raises(UsageError, match="block_hidden"):
+        occlusion.Occlusion(**options)
+
+
+def test_block_hidden_is_an_option_only_when_true():
+    plain = occlusion.Occlusion(hide="end").options()
+    assert "block_hidden" not in plain and occlusion.Occlusion(hide="end", block_hidden=False).options() == plain
+    assert occlusion.Occlusion(hide="end", block_hidden=True).options() == {**plain, "block_hidden": True}
+
+
+@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
+def test_options_round_trip(name, options):
+    task = get_task(name, **options)
+    again = get_task(name, **task.options())
+    assert again.options() == task.options()
+    assert all(task.options()[k] == v for k, v in options.items() if v is not False), "an option is not recorded"
+    # The recorded options rebuild the same task: the same data, tokens and mask.
+    level = profile_levels(name)[-1]
+    a = task.sample(level, 4, torch.Generator().manual_seed(0))
+    b = again.sample(level, 4, torch.Generator().manual_seed(0))
+    assert fingerprint(a) == fingerprint(b)
+    adapter_a, adapter_b = task.make_adapter(16), again.make_adapter(16)
+    assert adapter_a(a).shape == adapter_b(b).shape
+    mask_a, mask_b = adapter_a.blocked(a), adapter_b.blocked(b)
+    assert (mask_a is None and mask_b is None) or torch.equal(mask_a, mask_b)
 
 
 ENV_IDS = [i for i in gymnasium.registry if i.startswith("tmem_bench/")]
@@ -256,13 +378,16 @@ def test_map_building_env_rejects_steps_out_of_an_episode():
         env.step(2)
 
 
-def test_map_building_ceiling_counts_unseen_queries():
-    task = map_building.MapBuilding(p_occupied=0.3)
+@pytest.mark.parametrize("n_queries", [1, 3])
+def test_map_building_ceiling_counts_unseen_queries(n_queries):
+    task = map_building.MapBuilding(p_occupied=0.3, n_queries=n_queries)
     level = {"horizon": 3}
     batch = task.sample(level, 64, torch.Generator().manual_seed(0))
     seen = []
-    for windows, (qr, qc) in zip(batch["windows"].tolist(), batch["query"].tolist()):
-        seen.append(any(r <= qr <= r + 1 and c <= qc <= c + 1 for r, c in windows))
+    for windows, queries in zip(batch["windows"].tolist(), batch["query"].tolist()):
+        for qr, qc in queries:
+            seen.append(any(r <= qr <= r + 1 and c <= qc <= c + 1 for r, c in windows))
+    assert len(seen) == batch["target"].numel() == 64 * n_queries
     expected = sum(1.0 if s else 0.7 for s in seen) / len(seen)
     assert 0 < sum(seen) < len(seen)
     assert task.ceiling(level, batch) == pytest.approx(expected, abs=1e-12)
@@ -281,6 +406,73 @@ def test_map_building_rejects_bad_options():
         map_building.MapBuilding(trajectory="spiral")
     with pytest.raises(UsageError, match="horizon"):
         map_building.MapBuilding().validate_level({"horizon": 0})
+    with pytest.raises(UsageError, match="encoding 'bogus'.*scalar, cells"):
+        map_building.MapBuilding(encoding="bogus")
+    with pytest.raises(UsageError, match="n_queries"):
+        map_building.MapBuilding(n_queries=0)
+
+
+@pytest.mark.parametrize("encoding", map_building.ENCODINGS)
+def test_map_building_asks_n_queries(encoding):
+    B, T, Q = 5, 6, 3
+    task = map_building.MapBuilding(encoding=encoding, n_queries=Q)
+    batch = task.sample({"horizon": T}, B, torch.Generator().manual_seed(0))
+    assert batch["query"].shape == (B, Q, 2) and batch["target"].shape == (B, Q)
+    adapter = task.make_adapter(16)
+    x = adapter(batch)
+    assert x.shape == (B, (T if encoding == "scalar" else 4 * T) + Q, 16)
+    assert adapter.head(x, batch).shape == (B, Q, 2)
+    # A query whose cell a window covered has that cell's observed value as its target.
+    offsets = [(0, 0), (0, 1), (1, 0), (1, 1)]  # the patch order
+    n_checked = 0
+    for b in range(B):
+        observed = {}
+        for (r, c), patch in zip(batch["windows"][b].tolist(), batch["patches"][b].tolist()):
+            observed.update({(r + i, c + j): v for (i, j), v in zip(offsets, patch)})
+        for (qr, qc), target in zip(batch["query"][b].tolist(), batch["target"][b].tolist()):
+            if (qr, qc) in observed:
+                assert observed[qr, qc] == target, (b, qr, qc)
+                n_checked += 1
+    assert n_checked > 0
+
+
+def test_map_building_cells_encoding_embeds_each_observed_cell():
+    B, T, Q = 4, 5, 3
+    task = map_building.MapBuilding(encoding="cells", n_queries=Q)
+    batch = task.sample({"horizon": T}, B, torch.Generator().manual_seed(0))
+    adapter = task.make_adapter(16)
+    with torch.no_grad():
+        x = adapter(batch)
+        types, values = adapter.type_emb.weight, adapter.value_emb.weight
+        # One token per observed cell, in patch order: (r, c), (r, c + 1), (r + 1, c), (r + 1, c + 1).
+        r, c = batch["windows"][..., :1], batch["windows"][..., 1:]  # (B, T, 1)
+        cells = torch.stack([r * 8 + c, r * 8 + c + 1, (r + 1) * 8 + c, (r + 1) * 8 + c + 1], -1).flatten(1)
+        expected_obs = types[0] + adapter.cell_emb(cells) + values[batch["patches"].flatten(1).long()]
+        query = batch["query"]
+        expected_ask = types[1] + adapter.cell_emb(query[..., 0] * 8 + query[..., 1])
+    assert torch.allclose(x[:, :4 * T], expected_obs) and torch.allclose(x[:, 4 * T:], expected_ask)
+
+
+def test_map_building_with_one_query_samples_the_episodes_it_sampled_before_n_queries():
+    def before(batch_size, horizon, generator):
+        """The sampler as it was before n_queries (p_occupied 0.5, random windows)."""
+        grid = torch.rand(batch_size, 8, 8, generator=generator) < 0.5
+        windows = torch.randint(0, 7, (batch_size, horizon, 2), generator=generator)
+        query = torch.randint(0, 8, (batch_size, 2), generator=generator)
+        b = torch.arange(batch_size)
+        rows, cols = windows[..., :1] + torch.tensor([0, 0, 1, 1]), windows[..., 1:] + torch.tensor([0, 1, 0, 1])
+        patches = grid[b[:, None, None], rows, cols].float()
+        return patches, windows, query, grid[b, query[:, 0], query[:, 1]].long()[:, None]
+
+    for seed in range(3):
+        batch = map_building.MapBuilding().sample({"horizon": 10}, 16, torch.Generator().manual_seed(seed))
+        patches, windows, query, target = before(16, 10, torch.Generator().manual_seed(seed))
+        assert torch.equal(batch["patches"], patches) and torch.equal(batch["windows"], windows)
+        assert batch["query"].shape == (16, 1, 2) and torch.equal(batch["query"][:, 0], query)
+        assert torch.equal(batch["target"], target)
+        # The encoding changes the tokens, not the episodes.
+        cells = map_building.MapBuilding(encoding="cells").sample({"horizon": 10}, 16, torch.Generator().manual_seed(seed))
+        assert fingerprint(cells) == fingerprint(batch)
 
 
 def test_occlusion_quadrant_is_the_top_left_pixel_and_the_ball_wraps():

@@ -107,25 +107,29 @@ def _variant_name(task_name: str, options: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(changed.items())) or "standard"
 
 
-VARIANT_KEYS = ("levels", "train_at", "train")
+VARIANT_KEYS = ("levels", "train_at", "train", "models")
 
 
 def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]:
     """Cells of one task. A profile section may list `variants`: tables of task
-    options that may also override the section's `levels`, `train_at` and `train`."""
+    options that may also override the section's `levels`, `train_at`, `train` and
+    `models` (`--models` overrides every variant's list)."""
     section = profile.get("tasks", {}).get(task_name)
     if section is None:
         raise UsageError(f"task {task_name!r} is not in this profile; it has: {', '.join(profile.get('tasks', {}))}")
     get_task(task_name)  # an unknown task fails here, before its settings are read
-    models = _model_entries(section["models"] if overrides.models is None else overrides.models)
     size = dict(section.get("model", {}))
     for key in MODEL_SIZE_KEYS:
         size[key] = check_int(key, size.get(key))
-    for name, _, options in models:
+    variants = section.get("variants", [{}])
+    model_lists = [_model_entries(overrides.models if overrides.models is not None
+                                  else variant.get("models", section["models"])) for variant in variants]
+    for name, _, options in {(n, label, json.dumps(o, sort_keys=True)): (n, label, o)
+                             for models in model_lists for n, label, o in models}.values():
         check_model(name, {**size, **options})
 
     cells = []
-    for variant in section.get("variants", [{}]):
+    for variant, models in zip(variants, model_lists):
         task_options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
         try:
             task = get_task(task_name, **task_options)

@@ -10,12 +10,14 @@ everything else still renders.
 
 Modules: data (loading, labels), views (which rows a curve reads), stats
 (bootstrap), figures, tables, claims (the claims as data), rules (the generic
-decision rules), no_harm (the one no-harm rule), markdown (report.md), write.
+decision rules), no_harm (the one no-harm rule), power (does a variant tell a memory
+from no memory), markdown (report.md), write.
 """
-from .claims import Claim, ClaimSpec, load_claims
+from .claims import Claim, ClaimSpec, PowerSpec, load_claims, load_power
 from .data import RunData, load_run, run_data
 from .figures import Style, accuracy_figure, build_figures, save_figure
 from .no_harm import no_harm_verdict, no_harm_verdicts
+from .power import power_rows, power_rule, power_summary, power_verdict
 from .rules import RULES, check_claim, check_claims
 from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
 from .tables import final_gate_table, summary_frame, summary_markdown, summary_rich, summary_table
@@ -23,9 +25,10 @@ from .views import curve_data, generalisation_view, sweep_axis, training_view
 from .write import Report, write_report
 
 __all__ = [
-    "Claim", "ClaimSpec", "INCONCLUSIVE", "REFUTED", "RULES", "Report", "RunData", "SUPPORTED", "Style",
+    "Claim", "ClaimSpec", "INCONCLUSIVE", "PowerSpec", "REFUTED", "RULES", "Report", "RunData", "SUPPORTED", "Style",
     "accuracy_figure", "bootstrap_ci", "bootstrap_diff_ci", "build_figures", "check_claim", "check_claims",
-    "combine", "compare", "curve_data", "final_gate_table", "generalisation_view", "load_claims", "load_run",
-    "no_harm_verdict", "no_harm_verdicts", "run_data", "save_figure", "summary_frame", "summary_markdown",
-    "summary_rich", "summary_table", "sweep_axis", "training_view", "write_report",
+    "combine", "compare", "curve_data", "final_gate_table", "generalisation_view", "load_claims", "load_power",
+    "load_run", "no_harm_verdict", "no_harm_verdicts", "power_rows", "power_rule", "power_summary", "power_verdict",
+    "run_data", "save_figure", "summary_frame", "summary_markdown", "summary_rich", "summary_table", "sweep_axis",
+    "training_view", "write_report",
 ]

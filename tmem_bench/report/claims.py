@@ -1,4 +1,5 @@
-"""The paper's claims as data (claims.toml), and the verdict a rule fills in for each."""
+"""The paper's claims as data (claims.toml), the verdict a rule fills in for each, and the
+thresholds of the diagnostic-power check ([power])."""
 from __future__ import annotations
 
 import tomllib
@@ -58,9 +59,29 @@ class Claim:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PowerSpec:
+    """When a variant tells a memory from no memory (power.py applies it; margins as fractions)."""
+    attention_reference: str
+    chance_margin: float
+    halfway: float
+    memory_off_margin: float
+    learned_margin: float
+
+
+@cache
+def _claims_toml() -> dict:
+    return tomllib.loads(resources.files(__package__).joinpath("claims.toml").read_text())
+
+
+@cache
+def load_power() -> PowerSpec:
+    return PowerSpec(**_claims_toml()["power"])
+
+
 @cache
 def load_claims() -> tuple[ClaimSpec, ...]:
-    table = tomllib.loads(resources.files(__package__).joinpath("claims.toml").read_text())
+    table = _claims_toml()
     shared = {"memory_forcing_options": tuple(table["memory_forcing_options"])}
     specs = []
     for entry in table["claims"]:

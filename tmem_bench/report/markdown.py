@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .claims import Claim, ClaimSpec
+from .claims import Claim, ClaimSpec, PowerSpec
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
+from .power import CONTROL, power_rule, power_summary
 from .stats import N_BOOT
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
 from .views import sweep_axis, train_level_rank
@@ -79,6 +80,28 @@ def _claims(claims: list[Claim]) -> list[str]:
             header = list(dict.fromkeys(k for e in c.evidence for k in e))
             out += ["", md_table(header, [[e.get(k, "-") for k in header] for e in c.evidence])]
     return out
+
+
+def _power(power: list[dict], spec: PowerSpec) -> list[str]:
+    out = ["", "## Diagnostic power", "", power_rule(spec), ""]
+    if not power:
+        return out + ["No cell was evaluated at the level it was trained at."]
+    for task, good in power_summary(power).items():
+        variants = list(dict.fromkeys(r["variant"] for r in power if r["task"] == task))
+        if all(r["verdict"] == CONTROL for r in power if r["task"] == task):
+            line = CONTROL
+        elif not good:
+            line = "no variant of this run discriminates"
+        else:
+            rest = [v for v in variants if v not in good]
+            line = f"discriminates in {', '.join(good)}" + (f"; not in {', '.join(rest)}" if rest else "")
+        out.append(f"- {task}: {line}")
+    header = ["task", "variant", "level", "seeds", f"{spec.attention_reference} (attention)", "best model",
+              "its accuracy", "its memory off", "chance", "ceiling", "verdict", "why"]
+    body = [[r["task"], r["variant"], r["level"], r["seeds"], fmt_pct(r["reference"]), r["best_model"] or "-",
+             fmt_pct(r["best"]), fmt_pct(r["memory_off"]), fmt_pct(r["chance"]), fmt_pct(r["ceiling"]),
+             f"**{r['verdict']}**", r["reason"]] for r in power]
+    return out + ["", md_table(header, body)]
 
 
 def _summary(summary: pd.DataFrame) -> list[str]:
@@ -160,12 +183,13 @@ def _training(data: RunData, figures: dict) -> list[str]:
 
 
 def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims: list[Claim],
-                    no_harm: list[dict], no_harm_spec: ClaimSpec) -> str:
+                    no_harm: list[dict], no_harm_spec: ClaimSpec, power: list[dict], power_spec: PowerSpec) -> str:
     out = _header(data)
     if data.table.empty:
         out += ["", "No readable cell results: nothing to report yet."]
         return "\n".join(out) + "\n"
-    out += _how_to_read(data) + _claims(claims) + _summary(summary) + _accuracy(data, figures)
+    out += _how_to_read(data) + _claims(claims) + _power(power, power_spec) + _summary(summary)
+    out += _accuracy(data, figures)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)
     return "\n".join(out).rstrip() + "\n"

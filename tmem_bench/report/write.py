@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..results import write_atomic
-from .claims import Claim, load_claims
+from .claims import Claim, load_claims, load_power
 from .data import RunData, load_run
 from .figures import build_figures
 from .markdown import render_markdown
 from .no_harm import no_harm_verdicts
+from .power import power_rows
 from .rules import check_claims
 from .tables import summary_frame
 
@@ -25,6 +26,7 @@ class Report:
     figures: dict[str, dict]  # stem -> the data drawn in that figure
     claims: list[Claim]
     no_harm: list[dict]
+    power: list[dict]  # diagnostic power per task, variant and level (power.power_rows)
     summary: pd.DataFrame
     problems: list[str]
     data: RunData
@@ -43,11 +45,14 @@ def write_report(run_dir) -> Report:
         claims = check_claims(data)
         no_harm_spec = next(spec for spec in load_claims() if spec.rule == "no_harm")
         no_harm = no_harm_verdicts(data, no_harm_spec)
-        write_atomic(staging / "report.md", render_markdown(data, figures, summary, claims, no_harm, no_harm_spec))
+        power_spec = load_power()
+        power = power_rows(data, power_spec)
+        write_atomic(staging / "report.md", render_markdown(data, figures, summary, claims, no_harm, no_harm_spec,
+                                                            power, power_spec))
         _publish(staging, data.run_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Report(data.run_dir / "report.md", figures, claims, no_harm, summary, data.problems, data)
+    return Report(data.run_dir / "report.md", figures, claims, no_harm, power, summary, data.problems, data)
 
 
 def _publish(staging: Path, run_dir: Path) -> None:

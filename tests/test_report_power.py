@@ -1,0 +1,152 @@
+"""Diagnostic power, from synthetic cell results with known values (nothing is trained here)."""
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from test_report import CHANCE, RunBuilder
+from tmem_bench.report import INCONCLUSIVE, load_claims, load_power, load_run, power_rows, power_summary, write_report
+from tmem_bench.report import power as power_module
+
+GATES = {"layer0": 0.6, "layer1": 0.6}
+CLAIMS_TOML = Path(power_module.__file__).with_name("claims.toml")
+
+
+def build(run_dir, accuracies, memory_off=None, task="occlusion", level=(6,), seeds=2, variant="standard"):
+    """Every model trained and evaluated at `level`; accuracies: model -> accuracy; memory_off: model ->
+    accuracy with its memory off (those models are gated)."""
+    b = RunBuilder(run_dir)
+    memory_off = memory_off or {}
+    for seed in range(seeds):
+        for model, acc in accuracies.items():
+            gated = model in memory_off
+            b.cell(task, model, seed, level, {level: acc}, variant=variant,
+                   memory_off={level: memory_off[model]} if gated else None, gates=GATES if gated else None)
+    return b
+
+
+def power_of(run_dir, accuracies, memory_off=None, **kwargs) -> dict:
+    build(run_dir, accuracies, memory_off, **kwargs)
+    [row] = power_rows(load_run(run_dir))
+    return row
+
+
+# Occlusion: chance 25%, ceiling 100%, so halfway is 62.5%.
+CASES = {
+    "nothing learned": ({"base": 0.25, "tensor": 0.29}, {"tensor": 0.25}, "does not discriminate",
+                        "nothing learned: best 29.0% (tensor), chance 25.0%"),
+    "attention alone": ({"base": 0.90, "tensor": 0.95}, {"tensor": 0.80}, "does not discriminate",
+                        "attention alone does it: base 90.0% of ceiling 100.0%; "
+                        "tensor with its memory off keeps 80.0%"),
+    "attention alone, memory needed": ({"base": 0.90, "tensor": 0.95}, {"tensor": 0.30}, "does not discriminate",
+                                       "attention alone does it: base 90.0% of ceiling 100.0%"),
+    "attention not blind": ({"base": 0.30, "tensor": 0.90}, {"tensor": 0.25}, "does not discriminate",
+                            "attention is not blind: base 30.0% is more than 2 points above chance 25.0%"),
+    "too weak": ({"base": 0.25, "tensor": 0.50}, {"tensor": 0.25}, "does not discriminate",
+                 "too weak: best 50.0% (tensor) is less than halfway from chance 25.0% to ceiling 100.0%"),
+    "no reliance": ({"base": 0.26, "tensor": 0.90}, {"tensor": 0.60}, "does not discriminate",
+                    "tensor does not rely on its memory: 60.0% with it off"),
+    "discriminates, gated": ({"base": 0.26, "slots": 0.40, "tensor": 0.90}, {"tensor": 0.27}, "discriminates",
+                             "base at chance (26.0%), tensor 90.0% of ceiling 100.0%; with its memory off 27.0%"),
+    "discriminates, ungated": ({"base": 0.25, "slots": 0.40, "lstm": 0.85}, {}, "discriminates",
+                               "base at chance (25.0%), lstm 85.0% of ceiling 100.0%; not gated, no memory-off check"),
+    "no reference": ({"tensor": 0.90}, {"tensor": 0.25}, INCONCLUSIVE,
+                     "no attention reference (base) in this run at this variant and level"),
+    "reference alone": ({"base": 0.25}, {}, INCONCLUSIVE, "no model besides the attention reference (base)"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_verdict_from_the_numbers(tmp_path, case):
+    accuracies, memory_off, verdict, reason = CASES[case]
+    row = power_of(tmp_path, accuracies, memory_off)
+    assert (row["verdict"], row["reason"]) == (verdict, reason)
+    assert row["level"] == "occlusion_len=6" and row["seeds"] == 2
+    assert row["chance"] == pytest.approx(CHANCE["occlusion"]) and row["ceiling"] == 1.0
+    others = {m: a for m, a in accuracies.items() if m != "base"}
+    assert row["reference"] == (pytest.approx(accuracies["base"]) if "base" in accuracies else None)
+    assert row["best_model"] == (max(others, key=others.get) if others else None)
+    best_off = memory_off.get(row["best_model"])
+    assert row["memory_off"] == (None if best_off is None else pytest.approx(best_off))
+
+
+def test_means_are_over_seeds(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed, (base, tensor) in enumerate([(0.24, 0.80), (0.28, 0.90)]):
+        b.cell("occlusion", "base", seed, (6,), {(6,): base})
+        b.cell("occlusion", "tensor", seed, (6,), {(6,): tensor}, memory_off={(6,): 0.25}, gates=GATES)
+    [row] = power_rows(load_run(tmp_path))
+    assert row["reference"] == pytest.approx(0.26) and row["best"] == pytest.approx(0.85)
+    assert row["verdict"] == "discriminates"  # 26% is within 2 points of chance, though seed 1 alone is not
+
+
+def test_a_task_without_level_axes_is_a_control(tmp_path):
+    row = power_of(tmp_path, {"base": 1.0, "tensor": 1.0}, {"tensor": 0.97}, task="no_harm", level=())
+    assert row["level"] == "-" and row["verdict"] == "control (not a discriminator)"
+    assert row["best"] == 1.0 and row["memory_off"] == pytest.approx(0.97)
+    assert power_summary([row]) == {"no_harm": []}
+
+
+def test_only_in_distribution_rows_count(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed in range(2):
+        b.cell("occlusion", "base", seed, (0,), {(0,): 0.25, (6,): 0.25})
+        # Trained at 0 and also evaluated at 6: the 6 row is out of distribution and must not appear.
+        b.cell("occlusion", "tensor", seed, (0,), {(0,): 0.90, (6,): 0.30}, memory_off={(0,): 0.25, (6,): 0.25},
+               gates=GATES)
+        # Trained at 6, evaluated at 0 too: its level-0 row must not dilute the trained-at-0 one.
+        b.cell("occlusion", "lstm", seed, (6,), {(0,): 0.99, (6,): 0.40})
+    rows = power_rows(load_run(tmp_path))
+    assert [r["level"] for r in rows] == ["occlusion_len=0", "occlusion_len=6"]
+    at0, at6 = rows
+    assert at0["best_model"] == "tensor" and at0["best"] == pytest.approx(0.90)  # not lstm's 99% out of distribution
+    assert at0["verdict"] == "discriminates"
+    assert at6["reference"] is None and at6["best_model"] == "lstm" and at6["verdict"] == INCONCLUSIVE
+
+
+def test_thresholds_come_from_claims_toml(tmp_path, monkeypatch):
+    table = tomllib.loads(CLAIMS_TOML.read_text())
+    assert dataclasses.asdict(load_power()) == table["power"]
+    assert load_power().attention_reference == "base" and load_power().chance_margin == 0.02
+    assert "block_hidden" in table["memory_forcing_options"]
+    assert all(spec.memory_forcing({"block_hidden": True}) for spec in load_claims())
+
+    build(tmp_path, {"base": 0.30, "tensor": 0.90}, {"tensor": 0.25})
+    data = load_run(tmp_path)
+    assert power_rows(data)[0]["verdict"] == "does not discriminate"
+    looser = dataclasses.replace(load_power(), chance_margin=0.10)
+    monkeypatch.setattr(power_module, "load_power", lambda: looser)
+    [row] = power_rows(data)
+    assert row["verdict"] == "discriminates" and row["reason"].startswith("base at chance (30.0%)")
+    assert "within 10 points of chance" in power_module.power_rule(looser)
+    stricter = dataclasses.replace(looser, halfway=0.9)
+    [row] = power_rows(data, stricter)
+    assert row["reason"] == ("too weak: best 90.0% (tensor) is less than 90% of the way from chance 25.0% "
+                             "to ceiling 100.0%")
+
+
+def test_the_report_has_the_section_and_the_per_task_lines(tmp_path):
+    level, off = (20, 0.0), {"tensor": 1 / 32}
+    build(tmp_path, {"base": 0.90, "tensor": 0.92}, off, task="coordinate_binding", level=level)
+    build(tmp_path, {"base": 1 / 32, "tensor": 0.85}, off, task="coordinate_binding", level=level,
+          variant="block_queries=True")
+    build(tmp_path, {"base": 1.0, "tensor": 1.0}, {"tensor": 0.97}, task="no_harm", level=())
+    report = write_report(tmp_path)
+    assert power_summary(report.power) == {"coordinate_binding": ["block_queries=True"], "no_harm": []}
+    text = report.path.read_text()
+    section = text.split("## Diagnostic power")[1].split("\n## ")[0]
+    assert text.index("## The paper's claims") < text.index("## Diagnostic power") < text.index("## Summary")
+    assert "within 2 points of chance" in section and "more than 5 points above chance" in section
+    assert "- coordinate_binding: discriminates in block_queries=True; not in standard" in section
+    assert "- no_harm: control (not a discriminator)" in section
+    assert ("| task | variant | level | seeds | base (attention) | best model | its accuracy | its memory off "
+            "| chance | ceiling | verdict | why |") in section
+    assert ("| coordinate_binding | block_queries=True | n_writes=20,noise=0.0 | 2 | 3.1% | tensor | 85.0% | 3.1% "
+            "| 3.1% | 100.0% | **discriminates** |") in section
+
+
+def test_a_run_where_no_variant_discriminates_says_so(tmp_path):
+    build(tmp_path, {"base": 0.90, "tensor": 0.92}, {"tensor": 0.9})
+    text = write_report(tmp_path).path.read_text()
+    assert "- occlusion: no variant of this run discriminates" in text

@@ -1,0 +1,115 @@
+"""Diagnostic power: does a task variant, at a level its models were trained at, tell a memory
+from no memory? Only where the attention-only reference is blind, another model solves the task
+and (when gated) fails again with its memory off can a win there be credited to a memory.
+The thresholds are claims.toml's [power] table."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .claims import PowerSpec, load_power
+from .data import RunData, model_order, per_seed, task_order, variant_order
+from .stats import EPS, INCONCLUSIVE
+from .tables import fmt_pct, level_sort_key
+
+DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:g} points"
+
+
+def _of_the_way(fraction: float) -> str:
+    return "halfway" if fraction == 0.5 else f"{100 * fraction:g}% of the way"
+
+
+def power_rule(spec: PowerSpec) -> str:
+    """The rule as the report prints it, with the thresholds it applies."""
+    ref = spec.attention_reference
+    return (f"A variant tells a memory from no memory at a level when, on models trained and evaluated at that "
+            f"level: the attention reference {ref} stays within {_points(spec.chance_margin)} of chance; the best "
+            f"other model is more than {_points(spec.learned_margin)} above chance and gets at least "
+            f"{_of_the_way(spec.halfway)} from chance to ceiling; and, if that model is gated, its accuracy with the "
+            f"memory switched off falls back within {_points(spec.memory_off_margin)} of chance. Checked in this "
+            f"order: nothing learned, attention alone does it ({ref} itself at least "
+            f"{_of_the_way(spec.halfway)}), attention is not blind, too weak, does not rely on its memory. With no "
+            f"{ref} there is no verdict. A task without level axes is a control, not a discriminator.")
+
+
+def power_verdict(reference: float | None, best: float | None, best_model: str | None, memory_off: float | None,
+                  chance: float, ceiling: float, spec: PowerSpec) -> tuple[str, str]:
+    """(verdict, why) for one variant and level from mean accuracies; memory_off is None for an ungated model.
+    Thresholds are inclusive up to stats.EPS, as in the claims' rules."""
+    ref, pct = spec.attention_reference, fmt_pct
+    if reference is None:
+        return INCONCLUSIVE, f"no attention reference ({ref}) in this run at this variant and level"
+    if best is None:
+        return INCONCLUSIVE, f"no model besides the attention reference ({ref})"
+    halfway = chance + spec.halfway * (ceiling - chance)
+    gated = memory_off is not None
+    if best <= chance + spec.learned_margin + EPS:
+        return DOES_NOT, f"nothing learned: best {pct(best)} ({best_model}), chance {pct(chance)}"
+    if reference >= halfway - EPS:
+        why = f"attention alone does it: {ref} {pct(reference)} of ceiling {pct(ceiling)}"
+        if gated and memory_off >= halfway - EPS:
+            why += f"; {best_model} with its memory off keeps {pct(memory_off)}"
+        return DOES_NOT, why
+    if reference > chance + spec.chance_margin + EPS:
+        return DOES_NOT, (f"attention is not blind: {ref} {pct(reference)} is more than "
+                          f"{_points(spec.chance_margin)} above chance {pct(chance)}")
+    if best < halfway - EPS:
+        return DOES_NOT, (f"too weak: best {pct(best)} ({best_model}) is less than {_of_the_way(spec.halfway)} "
+                          f"from chance {pct(chance)} to ceiling {pct(ceiling)}")
+    if gated and memory_off > chance + spec.memory_off_margin + EPS:
+        return DOES_NOT, f"{best_model} does not rely on its memory: {pct(memory_off)} with it off"
+    why = f"{ref} at chance ({pct(reference)}), {best_model} {pct(best)} of ceiling {pct(ceiling)}"
+    return DISCRIMINATES, why + (f"; with its memory off {pct(memory_off)}" if gated
+                                 else "; not gated, no memory-off check")
+
+
+def _mean(rows_: pd.DataFrame, column: str = "accuracy") -> float | None:
+    """Mean over seeds (a seed's several rows averaged first); None where the column has no value."""
+    rows_ = rows_.dropna(subset=[column])
+    return float(per_seed(rows_, column).mean()) if not rows_.empty else None
+
+
+def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: PowerSpec) -> dict:
+    means = {model: _mean(g[g["model"] == model]) for model in model_order(g)}
+    reference = means.pop(spec.attention_reference, None)
+    best_model = max(means, key=means.get) if means else None  # a tie goes to the first in model order
+    best = means.get(best_model)
+    memory_off = _mean(g[g["model"] == best_model], "accuracy_memory_off") if best_model else None
+    chance, ceiling = float(g["chance"].mean()), float(g["ceiling"].mean())
+    if level == "-":
+        verdict, why = CONTROL, "no level axes: a control task, where memory is not needed"
+    else:
+        verdict, why = power_verdict(reference, best, best_model, memory_off, chance, ceiling, spec)
+    return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()),
+            "reference": reference, "best_model": best_model, "best": best, "memory_off": memory_off,
+            "chance": chance, "ceiling": ceiling, "verdict": verdict, "reason": why}
+
+
+def power_rows(data: RunData, spec: PowerSpec | None = None) -> list[dict]:
+    """One row per task, variant and evaluation level, from in-distribution rows only (evaluated at
+    the level the cell was trained at): out of distribution a blind reference could be mere failure
+    to generalise, not the absence of a memory."""
+    spec = spec or load_power()
+    if data.table.empty:
+        return []
+    t = data.table[data.table["trained_at_level"].astype(bool)]
+    out = []
+    for task in task_order(data):
+        for variant in variant_order(t[t["task"] == task]):
+            v = t[(t["task"] == task) & (t["variant"] == variant)]
+            for level in sorted(set(v["level"]), key=level_sort_key):
+                out.append(_power_row(v[v["level"] == level], task, variant, level, spec))
+    return out
+
+
+def power_summary(rows: list[dict]) -> dict[str, list[str]]:
+    """Task -> the variants that discriminate at one or more of their levels (every task is a key)."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        variants = out.setdefault(r["task"], [])
+        if r["verdict"] == DISCRIMINATES and r["variant"] not in variants:
+            variants.append(r["variant"])
+    return out
