@@ -11,7 +11,7 @@ import pytest
 
 from tmem_bench.cli import main
 from tmem_bench.leaderboard import validate
-from tmem_bench.leaderboard.entry import derived
+from tmem_bench.leaderboard.entry import builtin_profile_text, derived, profile_id
 from tmem_bench.results import read_cell, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,3 +367,17 @@ def test_the_committed_board_validates_and_rebuilds_to_the_same_files(tmp_path):
     for name in ("README.md", "index.html"):
         stale = f"leaderboard/{name} is stale: run tmem-bench leaderboard build"
         assert (copy / name).read_text() == (committed / name).read_text(), stale
+
+
+def test_a_profile_id_counts_only_what_plans_the_runs_task():
+    quick = builtin_profile_text("quick")
+    other_section = quick.replace("[tasks.no_harm]\n", "[tasks.no_harm]\n# edited\n").replace(
+        'levels = {}\ntrain = { steps = 100', 'levels = {}\ntrain = { steps = 101')
+    assert other_section != quick
+    assert profile_id("quick", other_section, {}, "coordinate_binding") == "quick"
+    assert profile_id("quick", other_section, {}, "no_harm").startswith("quick~")
+    assert profile_id("quick", other_section, {}, "all").startswith("quick~")
+    described = quick.replace('description = "', 'description = "Edited: ')
+    assert described != quick and profile_id("quick", described, {}, "all") == "quick"
+    own_section = quick.replace("train = { steps = 500, lr = 1e-3 }", "train = { steps = 501, lr = 1e-3 }")
+    assert own_section != quick and profile_id("quick", own_section, {}, "coordinate_binding").startswith("quick~")

@@ -150,3 +150,13 @@ def test_a_run_where_no_variant_discriminates_says_so(tmp_path):
     build(tmp_path, {"base": 0.90, "tensor": 0.92}, {"tensor": 0.9})
     text = write_report(tmp_path).path.read_text()
     assert "- occlusion: no variant of this run discriminates" in text
+
+
+def test_a_leaking_model_is_never_the_one_credited(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed in range(2):
+        b.cell("occlusion", "base", seed, (6,), {(6,): 0.25})
+        b.cell("occlusion", "tensor", seed, (6,), {(6,): 0.95}, memory_off={(6,): 0.25}, gates=GATES, probe="leaking")
+        b.cell("occlusion", "lstm", seed, (6,), {(6,): 0.40})
+    [row] = power_rows(load_run(tmp_path))
+    assert row["best_model"] == "lstm" and row["verdict"] == "does not discriminate" and "too weak" in row["reason"]

@@ -51,18 +51,29 @@ def builtin_profile_text(name: str) -> str | None:
     return resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_text()
 
 
-def profile_id(name: str, text: str, overrides: dict) -> str:
+def profile_id(name: str, text: str, overrides: dict, task: str = "all") -> str:
     """The built-in name when the run used that profile unchanged; otherwise the name and a hash of what differs.
 
-    Two entries are ranked against each other only when their profile ids are equal.
+    Only what plans the run's cells counts: the shared training settings and the
+    sections of the run's task (every task for "all"), so an entry stays comparable
+    when another task's section of the profile changes. Two entries are ranked
+    against each other only when their profile ids are equal.
     """
     changed = {k: v for k, v in overrides.items() if k not in SELECTING_OVERRIDES and v not in (None, {}, [])}
-    settings = _parse(text)
+    settings = _planning(_parse(text), task)
     builtin = builtin_profile_text(name)
-    if builtin is not None and settings == _parse(builtin) and not changed:
+    if builtin is not None and settings == _planning(_parse(builtin), task) and not changed:
         return name
     digest = hashlib.sha256(json.dumps([settings, changed], sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}~{digest}"
+
+
+def _planning(settings: dict, task: str) -> dict:
+    """The parts of parsed profile settings that plan a run of `task`."""
+    out = {k: v for k, v in settings.items() if k not in ("description", "tasks")}
+    tasks = settings.get("tasks", {})
+    out["tasks"] = tasks if task == "all" else {task: tasks.get(task)}
+    return out
 
 
 def _parse(text: str) -> dict:
@@ -226,7 +237,7 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
     manifest = read_manifest(run_dir)
     run = {"task": manifest["settings"]["task"], "overrides": manifest["settings"]["overrides"]}
     profile = _profile(manifest["settings"].get("profile", "quick"))
-    profile["id"] = profile_id(profile["name"], profile["toml"], run["overrides"])
+    profile["id"] = profile_id(profile["name"], profile["toml"], run["overrides"], run["task"])
     cells = planned_cells(run, profile)
     labels = list(dict.fromkeys(c.label for c in cells))
     if model is not None and model not in labels:

@@ -210,7 +210,8 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
     planned_ids = {c.id for c in planned}
     for cell_id in sorted(set(entry["cells"]) - planned_ids):
         reject("cells", f"{cell_id} is not a cell the entry's profile and overrides plan")
-    actual_id = profile_id(entry["profile"]["name"], entry["profile"]["toml"], entry["run"]["overrides"])
+    actual_id = profile_id(entry["profile"]["name"], entry["profile"]["toml"], entry["run"]["overrides"],
+                           entry["run"]["task"])
     if entry["profile"]["id"] != actual_id:
         reject("profile.id", f"claims {entry['profile']['id']!r}; its profile text and overrides make {actual_id!r}")
 

@@ -73,7 +73,9 @@ def _mean(rows_: pd.DataFrame, column: str = "accuracy") -> float | None:
 
 
 def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: PowerSpec) -> dict:
-    means = {model: _mean(g[g["model"] == model]) for model in model_order(g)}
+    # A model whose causality probe found a leak reads the future, so it cannot be credited.
+    honest = g[g["causality"] != "leaking"]
+    means = {model: _mean(honest[honest["model"] == model]) for model in model_order(honest)}
     reference = means.pop(spec.attention_reference, None)
     best_model = max(means, key=means.get) if means else None  # a tie goes to the first in model order
     best = means.get(best_model)
