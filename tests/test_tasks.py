@@ -151,9 +151,9 @@ def test_oracle_reaches_the_ceiling(name, options):
         assert task.chance(level) <= ceiling <= 1.0
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_chance_is_the_best_constant_predictor(name):
-    task = get_task(name)
+@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
+def test_chance_is_the_best_constant_predictor(name, options):
+    task = get_task(name, **options)
     for level in profile_levels(name):
         batch, _ = task.eval_set(level, EVAL_N)
         target = batch["target"]
