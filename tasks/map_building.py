@@ -53,7 +53,6 @@ WINDOW = 2
 N_FEATURES = 7
 TRAJECTORIES = ("random", "walk")
 ENCODINGS = ("scalar", "cells")
-N_WINDOWS = GRID - WINDOW + 1  # window positions per axis
 # Offsets of the patch cells inside the window, in the order of the token features.
 _PATCH_ROWS = torch.tensor([0, 0, 1, 1])
 _PATCH_COLS = torch.tensor([0, 1, 0, 1])
@@ -142,7 +141,7 @@ class MapBuilding(Task):
         return check_int(axis, value)
 
     def _windows(self, batch_size: int, horizon: int, generator: torch.Generator) -> torch.Tensor:
-        n = N_WINDOWS
+        n = GRID - WINDOW + 1
         if self.trajectory == "random":
             return torch.randint(0, n, (batch_size, horizon, 2), generator=generator)
         start = torch.randint(0, n, (batch_size, 2), generator=generator)
@@ -181,9 +180,7 @@ class MapBuilding(Task):
         x = tokens(batch)  # (B, T + Q, 7)
         obs, ask = x[:, :-Q], x[:, -Q:]
         B = x.shape[0]
-        r = (obs[..., 4] * GRID).round().long()[..., None] + _PATCH_ROWS  # (B, T, 4)
-        c = (obs[..., 5] * GRID).round().long()[..., None] + _PATCH_COLS
-        cells = (r * GRID + c).flatten(1)  # (B, T * 4)
+        cells = observed_cells((obs[..., 4:6] * GRID).round().long()).flatten(1)  # (B, T * 4)
         known = torch.zeros(B, GRID * GRID, dtype=torch.bool).scatter_(1, cells, True)
         value = torch.zeros(B, GRID * GRID).scatter_(1, cells, obs[..., :4].flatten(1))
         q = ((ask[..., 4] * GRID).round() * GRID + (ask[..., 5] * GRID).round()).long()  # (B, Q)

@@ -72,12 +72,12 @@ def patchify(frames: torch.Tensor) -> torch.Tensor:
 
 
 class OcclusionAdapter(Adapter):
-    def __init__(self, d_model: int, n_frames: int, task: "Occlusion | None" = None):
+    def __init__(self, d_model: int, task: "Occlusion"):
         super().__init__()
         self.task = task
         self.proj = nn.Linear(PATCH * PATCH, d_model)
         self.patch_pos = nn.Parameter(torch.randn(N_PATCHES, d_model) * 0.02)
-        self.frame_pos = nn.Parameter(torch.randn(n_frames, d_model) * 0.02)
+        self.frame_pos = nn.Parameter(torch.randn(task.n_frames, d_model) * 0.02)
         self.head_proj = nn.Linear(d_model, 4)
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -87,7 +87,7 @@ class OcclusionAdapter(Adapter):
         return self.proj(patchify(frames)) + pos  # (B, T * 16, d)
 
     def blocked(self, batch: Batch) -> torch.Tensor | None:
-        if self.task is None or not self.task.block_hidden:
+        if not self.task.block_hidden:
             return None
         hidden = self.task.hidden_frames(int(batch["occlusion_len"][0]))  # (T,)
         hidden = hidden.repeat_interleave(N_PATCHES)  # (T * 16,)
@@ -167,7 +167,7 @@ class Occlusion(Task):
         return batch
 
     def make_adapter(self, d_model: int) -> Adapter:
-        return OcclusionAdapter(d_model, self.n_frames, self)
+        return OcclusionAdapter(d_model, self)
 
     def hypotheses(self, occlusion_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Frame fingerprints (2048, 2) and last-frame quadrants (2048,) of every (start, velocity)."""
