@@ -467,6 +467,7 @@ def variant_builds(tmp_path_factory):
 VARIANT_CASES = [
     dict(batch=3, seq=5, chunk_size=1, grid=(3, 4, 5), channels=16),  # 60 voxels: full register tiles
     dict(batch=2, seq=4, chunk_size=2, grid=(2, 3, 3), channels=8),  # 18 voxels, 16 rows: other tiles, a partial vector block
+    dict(batch=2, seq=3, chunk_size=1, grid=(3, 3, 2), channels=12),  # no literal C: whole vectors and a partial one
 ]
 
 

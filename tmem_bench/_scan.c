@@ -68,33 +68,97 @@
 #endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));  /* unaligned loads allowed */
 
-/* exp(x) - 1 through a degree-6 polynomial (Cephes expf) after reducing x to
- * n ln2 + r: vectorises, unlike libm, and keeps full relative precision near 0.
- * Without AVX-512's masks, the loops that call it vectorise only where the compiler
- * may evaluate both sides of its selects: -fno-trapping-math (pyproject.toml). */
-static inline float fexpm1(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round to nearest */
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
+typedef int vi __attribute__((vector_size(VW * sizeof(int)), aligned(4)));
+
+/* Lane-wise max and min that return x where x is NaN, so that a diverged state
+ * stays NaN: one instruction where the instruction set has one. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+INLINE vf vmax(vf lo, vf x) { return (vf)_mm512_max_ps((__m512)lo, (__m512)x); }
+INLINE vf vmin(vf hi, vf x) { return (vf)_mm512_min_ps((__m512)hi, (__m512)x); }
+#elif defined(__AVX2__)
+#include <immintrin.h>
+INLINE vf vmax(vf lo, vf x) { return (vf)_mm256_max_ps((__m256)lo, (__m256)x); }
+INLINE vf vmin(vf hi, vf x) { return (vf)_mm256_min_ps((__m256)hi, (__m256)x); }
+#else
+INLINE vf vmax(vf lo, vf x) {
+    for (int i = 0; i < VW; i++) x[i] = lo[i] > x[i] ? lo[i] : x[i];
+    return x;
+}
+INLINE vf vmin(vf hi, vf x) {
+    for (int i = 0; i < VW; i++) x[i] = hi[i] < x[i] ? hi[i] : x[i];
+    return x;
+}
+#endif
+
+INLINE vf vsplat(float a) { return (vf){0} + a; }
+
+/* The first n <= VW lanes from or to p, the rest zero: whole vectors wherever the
+ * channel count is a multiple of VW and constant, and C < VW (8 channels on
+ * AVX-512) still works. */
+INLINE vf vload(const float *p, int n) {
+    if (n == VW) return *(const vf *)p;
+    vf v = {0};
+    memcpy(&v, p, n * sizeof(float));
+    return v;
+}
+
+INLINE void vstore(float *p, vf v, int n) {
+    if (n == VW) *(vf *)p = v;
+    else memcpy(p, &v, n * sizeof(float));
+}
+
+/* exp(x) - 1 for x in [-87, 88] through a degree-6 polynomial (Cephes expf) after
+ * reducing x to n ln2 + r: keeps full relative precision near 0, unlike exp(x) - 1. */
+INLINE vf vexpm1(vf x) {
+    const vf shifter = vsplat(12582912.0f);  /* 1.5 * 2^23: adding it rounds to an integer n in the low bits */
+    vf m = x * 1.44269504088896341f + shifter, n = m - shifter;
+    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = vsplat(1.9875691500e-4f);
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r;  /* exp(r) - 1 */
-    union { int i; float f; } s;
-    s.i = ((int)n + 127) << 23;
-    return s.f * p + (s.f - 1.0f);
+    vf s = (vf)(((vi)m << 23) + 0x3f800000);  /* 2^n: the shift drops the shifter's bits */
+    return s * p + (s - 1.0f);
 }
 
-static inline float fsigmoid(float x) { return 1.0f / (2.0f + fexpm1(-x)); }
+INLINE vf vsigmoid(vf x) { return 1.0f / (2.0f + vexpm1(vmin(vsplat(88.0f), vmax(vsplat(-87.0f), -x)))); }
 
 /* tanh |x| = -expm1(-2|x|) / (2 + expm1(-2|x|)): no cancellation for small |x|. */
-static inline float ftanh(float x) {
-    float e = fexpm1(-2.0f * (x < 0 ? -x : x));
-    float t = -e / (2.0f + e);
-    return x < 0 ? -t : t;
+INLINE vf vtanh(vf x) {
+    const vi sign = (vi){0} + (int)0x80000000;
+    vf e = vexpm1(vmax(vsplat(-87.0f), (vf)((vi)x | sign) * 2.0f));
+    return (vf)((vi)(-e / (2.0f + e)) | ((vi)x & sign));
+}
+
+/* One voxel's LSTM cell on n <= VW channels from k: z (4C) holds the i, f, o, g
+ * pre-activations; the activated gates go to g (4C), the new cell to c_out, the new
+ * state to h_out. */
+INLINE void gates_forward(const int C, int k, const int n, const float *restrict z, const float *restrict c,
+                          float *restrict g, float *restrict h_out, float *restrict c_out) {
+    const vf si = vsigmoid(vload(z + k, n)), sf = vsigmoid(vload(z + C + k, n));
+    const vf so = vsigmoid(vload(z + 2 * C + k, n)), tg = vtanh(vload(z + 3 * C + k, n));
+    const vf cn = sf * vload(c + k, n) + si * tg;
+    vstore(g + k, si, n), vstore(g + C + k, sf, n), vstore(g + 2 * C + k, so, n), vstore(g + 3 * C + k, tg, n);
+    vstore(c_out + k, cn, n), vstore(h_out + k, so * vtanh(cn), n);
+}
+
+/* Its backward from the saved gates g and input cell c: dz (4C) from the new
+ * state's and cell's gradients dh, dc; dc becomes the input cell's gradient. */
+INLINE void gates_backward(const int C, int k, const int n, const float *restrict g, const float *restrict c,
+                           const float *restrict dh, float *restrict dc, float *restrict dz) {
+    const vf si = vload(g + k, n), sf = vload(g + C + k, n), so = vload(g + 2 * C + k, n);
+    const vf tg = vload(g + 3 * C + k, n), ck = vload(c + k, n), dhk = vload(dh + k, n);
+    const vf tc = vtanh(sf * ck + si * tg);
+    const vf dct = vload(dc + k, n) + dhk * so * (1.0f - tc * tc);
+    vstore(dz + k, dct * tg * si * (1.0f - si), n);
+    vstore(dz + C + k, dct * ck * sf * (1.0f - sf), n);
+    vstore(dz + 2 * C + k, dhk * tc * so * (1.0f - so), n);
+    vstore(dz + 3 * C + k, dct * si * (1.0f - tg * tg), n);
+    vstore(dc + k, dct * sf, n);
 }
 
 /* out[i, :cols] (+)= bias + sum_k A[i*sar + k*sak] * Bm[k, :cols] for nr <= max(TR_A, TR_B) rows
@@ -123,9 +187,8 @@ INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, i
 #define TILE_ROWS(nv)                                                                                        \
     do {                                                                                                     \
         int i = 0;                                                                                           \
-        if (rows % TR_A == 0)                                                                                \
-            for (; i + TR_A <= rows; i += TR_A)                                                              \
-                tile(TR_A, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate); \
+        for (; i + TR_A <= rows - tail_b; i += TR_A)                                                         \
+            tile(TR_A, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);   \
         for (; i + TR_B <= rows; i += TR_B)                                                                  \
             tile(TR_B, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);     \
         for (; i < rows; i++)                                                                                \
@@ -135,6 +198,9 @@ INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, i
 /* O (rows, cols) (+)= [bias +] A @ Bm with A's element (i, k) at A[i*sar + k*sak]. */
 INLINE void gemm(int rows, int red, int cols, const float *A, int sar, int sak, const float *Bm, int ldb, float *O,
                  int ldo, const float *bias, int accumulate) {
+    int tail_b = 0;  /* rows left to TR_B tiles: the fewest that leave a multiple of TR_A */
+    while (tail_b + TR_B <= rows && (rows - tail_b) % TR_A) tail_b += TR_B;
+    if ((rows - tail_b) % TR_A) tail_b = rows;
     int j = 0;
     for (; j + NV * VW <= cols; j += NV * VW) {
         const float *bj = bias ? bias + j : NULL;
@@ -300,15 +366,9 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
         for (int p = 0; p < P; p++) {
             const float *zp = z + p * 4 * C, *cp = c + p * C;
             float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
-#pragma omp simd  /* the arrays never overlap, which the compiler cannot see */
-            for (int k = 0; k < C; k++) {
-                float si = fsigmoid(zp[k]), sf = fsigmoid(zp[C + k]), so = fsigmoid(zp[2 * C + k]);
-                float tg = ftanh(zp[3 * C + k]);
-                float cn = sf * cp[k] + si * tg;
-                gp[k] = si, gp[C + k] = sf, gp[2 * C + k] = so, gp[3 * C + k] = tg;
-                cq[k] = cn;
-                hp[k] = so * ftanh(cn);
-            }
+            int k = 0;
+            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
+            if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
         }
         h = h_out, c = c_out;
     }
@@ -342,21 +402,20 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
         const float *czn = in->cz + bn * D * C, *uyn = in->uy + bn * H * C, *uxn = in->ux + bn * W * C;
         const float *wz = in->wz + bn * D, *wy = in->wy + bn * H, *wx = in->wx + bn * W;
         const float *dr = d_reads + bn * C;
+        if (n > 0)  /* the previous step's saved state and gates, read next */
+            for (size_t i = 0; i < PC; i += 64 / sizeof(float)) {
+                __builtin_prefetch(hs + (bn - 1) * PC + i);
+                __builtin_prefetch(cs + (bn - 1) * PC + i);
+                for (int j = 0; j < 4; j++) __builtin_prefetch(gs + (bn - 1) * 4 * PC + j * PC + i);
+            }
         outer_cyz(C, s, czn, uyn, cyz);
         operator_input(C, s, h, cyz, uxn, in->bvol, in->taps, in->biases, a, b, hc, x);
         for (int p = 0; p < P; p++) {
             const float *gp = gates + p * C4, *cp = c + p * C;
             float *dhp = dh + p * C, *dcp = dc + p * C, *dzp = dz + p * C4;
-            for (int k = 0; k < C; k++) {
-                const float si = gp[k], sf = gp[C + k], so = gp[2 * C + k], tg = gp[3 * C + k];
-                float tc = ftanh(sf * cp[k] + si * tg);
-                float dct = dcp[k] + dhp[k] * so * (1 - tc * tc);
-                dzp[k] = dct * tg * si * (1 - si);
-                dzp[C + k] = dct * cp[k] * sf * (1 - sf);
-                dzp[2 * C + k] = dhp[k] * tc * so * (1 - so);
-                dzp[3 * C + k] = dct * si * (1 - tg * tg);
-                dcp[k] = dct * sf;
-            }
+            int k = 0;
+            for (; k + VW <= C; k += VW) gates_backward(C, k, VW, gp, cp, dhp, dcp, dzp);
+            if (k < C) gates_backward(C, k, C - k, gp, cp, dhp, dcp, dzp);
         }
         gemm(P, C4, C2, dz, C4, 1, in->mix_t, C2, dx, C2, NULL, 0);
         gemm(C2, P, C4, x, 1, C2, dz, C4, g_mix, C4, NULL, 1);
