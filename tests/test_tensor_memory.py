@@ -269,6 +269,35 @@ def test_native_is_thread_count_independent(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["native"])
+@pytest.mark.parametrize("factors", ["dense", "zero", "one cell", "corner"])
+@pytest.mark.parametrize("factorised", [True, False])
+def test_native_write_box_on_any_factors(kernel, factors, factorised):
+    """The native forward adds the write volume's share of the gates only inside the box
+    where its factors are nonzero. Factors that are nonzero everywhere (no box), nowhere
+    (an empty box), at one cell, or in one corner give the PyTorch scan's outputs and
+    gradients."""
+    g = torch.Generator().manual_seed(6)
+    N, B, (D, H, W), C = 4, 3, (3, 4, 5), 8
+    inputs = [0.5 * torch.randn(shape, generator=g) for shape in (  # in SCAN_INPUTS' order
+        (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
+        (B, D, H, W, C), (B, D, H, W, C), (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
+    for f in inputs[:3]:  # cz, uy, ux: (B, N, n, C)
+        keep = torch.zeros(f.shape[2], dtype=torch.bool)
+        keep[{"dense": slice(None), "zero": slice(0, 0), "one cell": slice(1, 2), "corner": slice(-2, None)}[factors]] = True
+        f[:, :, ~keep] = 0.0
+    runs = {}
+    for k in ("eager", kernel):
+        xs = [t.clone().requires_grad_() for t in inputs]
+        outs = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=factorised, kernel=k)
+        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
+        runs[k] = [*outs, *grads(loss, xs)]
+    for i, (a, b) in enumerate(zip(runs["eager"], runs[kernel])):
+        assert (a is None) == (b is None), i
+        if a is not None:
+            assert rel(b, a) < 1e-5, (i, rel(b, a))
+
+
+@pytest.mark.parametrize("kernel", ["native"])
 def test_native_recycled_buffers_and_no_grad_path(kernel):
     """Saved states are recycled after each backward: repeated steps (and the no-grad
     evaluation path, which saves nothing) give the same numbers every time."""

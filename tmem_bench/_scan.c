@@ -134,13 +134,14 @@ INLINE vf vtanh(vf x) {
     return (vf)((vi)(-e / (2.0f + e)) | ((vi)x & sign));
 }
 
-/* One voxel's LSTM cell on n <= VW channels from k: z (4C) holds the i, f, o, g
+/* One voxel's LSTM cell on n <= VW channels from k: z + zb (4C each) are the i, f, o, g
  * pre-activations; the activated gates go to g (4C), the new cell to c_out, the new
  * state to h_out. */
-INLINE void gates_forward(const int C, int k, const int n, const float *restrict z, const float *restrict c,
-                          float *restrict g, float *restrict h_out, float *restrict c_out) {
-    const vf si = vsigmoid(vload(z + k, n)), sf = vsigmoid(vload(z + C + k, n));
-    const vf so = vsigmoid(vload(z + 2 * C + k, n)), tg = vtanh(vload(z + 3 * C + k, n));
+INLINE void gates_forward(const int C, int k, const int n, const float *restrict z, const float *restrict zb,
+                          const float *restrict c, float *restrict g, float *restrict h_out, float *restrict c_out) {
+    const vf si = vsigmoid(vload(z + k, n) + vload(zb + k, n)), sf = vsigmoid(vload(z + C + k, n) + vload(zb + C + k, n));
+    const vf so = vsigmoid(vload(z + 2 * C + k, n) + vload(zb + 2 * C + k, n));
+    const vf tg = vtanh(vload(z + 3 * C + k, n) + vload(zb + 3 * C + k, n));
     const vf cn = sf * vload(c + k, n) + si * tg;
     vstore(g + k, si, n), vstore(g + C + k, sf, n), vstore(g + 2 * C + k, so, n), vstore(g + 3 * C + k, tg, n);
     vstore(c_out + k, cn, n), vstore(h_out + k, so * vtanh(cn), n);
@@ -286,19 +287,26 @@ INLINE float channel_sum(const int C, float *restrict t) {
     return acc;
 }
 
-/* x = [write volume, h through the D, H, W convs] (P, 2C); a, b: the first two conv outputs. */
+/* h through the D, H, W convs into hc (a, b: the first two conv outputs), or h itself
+ * for the pointwise update: the state half of the operator's input. */
+INLINE const float *state_convs(const int C, const Shape *s, const float *restrict h, const float *restrict taps,
+                                const float *restrict biases, float *restrict a, float *restrict b,
+                                float *restrict hc) {
+    if (!s->factorised) return h;
+    float zero[C];
+    for (int k = 0; k < C; k++) zero[k] = 0.0f;
+    conv_fwd(C, s, 0, h, taps, biases, zero, a);
+    conv_fwd(C, s, 1, a, taps + 3 * C, biases + C, zero, b);
+    conv_fwd(C, s, 2, b, taps + 6 * C, biases + 2 * C, zero, hc);
+    return hc;
+}
+
+/* x = [write volume, state half] (P, 2C), as state_convs leaves a, b, hc. */
 INLINE void operator_input(const int C, const Shape *s, const float *restrict h, const float *restrict cyz,
                            const float *restrict ux, const float *restrict bvol, const float *restrict taps,
                            const float *restrict biases, float *restrict a, float *restrict b, float *restrict hc,
                            float *restrict x) {
-    float zero[C];
-    for (int k = 0; k < C; k++) zero[k] = 0.0f;
-    if (s->factorised) {
-        conv_fwd(C, s, 0, h, taps, biases, zero, a);
-        conv_fwd(C, s, 1, a, taps + 3 * C, biases + C, zero, b);
-        conv_fwd(C, s, 2, b, taps + 6 * C, biases + 2 * C, zero, hc);
-    }
-    const float *hh = s->factorised ? hc : h;
+    const float *hh = state_convs(C, s, h, taps, biases, a, b, hc);
     for (int d = 0; d < s->D; d++)
         for (int y = 0; y < s->H; y++)
             for (int w = 0; w < s->W; w++) {
@@ -312,8 +320,20 @@ INLINE void operator_input(const int C, const Shape *s, const float *restrict h,
 
 /* The batch-level arrays of one call. */
 typedef struct {
-    const float *cz, *uy, *ux, *bvol, *wz, *wy, *wx, *taps, *biases, *mix_w, *mix_b, *mix_t;
+    const float *cz, *uy, *ux, *bvol, *wz, *wy, *wx, *taps, *biases, *mix_w, *mix_t;
+    const float *zbias;  /* (H*W, 4C): bvol @ mix_w[:C] + mix_b, the gates' share of the write that no step changes */
 } Inputs;
+
+/* The first and last i < n whose f[i, :C] has a nonzero (or NaN); lo > hi where none has. */
+INLINE void support(const int C, int n, const float *restrict f, int *lo, int *hi) {
+    *lo = n, *hi = -1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < C; k++)
+            if (f[i * C + k] != 0.0f) {
+                *lo = *lo < i ? *lo : i, *hi = i;
+                break;
+            }
+}
 
 /* cyz[d, h] = cz[d] * uy[h]: the write volume without its W factor, (D*H, C). */
 INLINE void outer_cyz(const int C, const Shape *s, const float *restrict cz, const float *restrict uy,
@@ -331,8 +351,8 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
                              float *scratch) {
     const int P = s->P, D = s->D, H = s->H, W = s->W;
     const size_t PC = (size_t)P * C;
-    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC, *spare = z + 4 * PC;
-    float *cyz = spare + 4 * PC, *ping = cyz + PC;  /* ping: two (h, c) pairs for a run that keeps nothing */
+    float *a = scratch, *b = a + PC, *hc = b + PC, *xw = hc + PC, *z = xw + PC, *zw = z + 4 * PC;
+    float *spare = zw + 4 * PC, *ping = spare + 4 * PC;  /* ping: two (h, c) pairs for a run that keeps nothing */
     const float *h = h0, *c = c0;
     if (hs) {
         memcpy(hs + bi * N * PC, h0, PC * sizeof(float));
@@ -359,16 +379,31 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
             }
         }
         memcpy(reads + bn * C, r, sizeof r);
-        outer_cyz(C, s, in->cz + bn * D * C, in->uy + bn * H * C, cyz);
-        operator_input(C, s, h, cyz, in->ux + bn * W * C, in->bvol, in->taps, in->biases, a, b, hc, x);
-        gemm(P, 2 * C, 4 * C, x, 2 * C, 1, in->mix_w, 4 * C, z, 4 * C, in->mix_b, 0);
+        /* The gates' pre-activations: the state half's for every voxel; the write volume's
+         * only inside the box where its factors are nonzero (hat weights through 3-tap
+         * convs: at most 4 cells an axis), its bias part (zbias) added in the gates. */
+        const float *czn = in->cz + bn * D * C, *uyn = in->uy + bn * H * C, *uxn = in->ux + bn * W * C;
+        const float *hh = state_convs(C, s, h, in->taps, in->biases, a, b, hc);
+        gemm(P, C, 4 * C, hh, C, 1, in->mix_w + C * 4 * C, 4 * C, z, 4 * C, NULL, 0);
+        int d0, d1, y0, y1, w0, w1, nq = 0;
+        support(C, D, czn, &d0, &d1), support(C, H, uyn, &y0, &y1), support(C, W, uxn, &w0, &w1);
+        for (int d = d0; d <= d1; d++)
+            for (int y = y0; y <= y1; y++)
+                for (int w = w0; w <= w1; w++, nq++)
+                    for (int k = 0; k < C; k++) xw[nq * C + k] = czn[d * C + k] * uyn[y * C + k] * uxn[w * C + k];
+        gemm(nq, C, 4 * C, xw, C, 1, in->mix_w, 4 * C, zw, 4 * C, NULL, 0);
+        nq = 0;
+        for (int d = d0; d <= d1; d++)
+            for (int y = y0; y <= y1; y++)
+                for (int w = w0; w <= w1; w++, nq++)
+                    for (int k = 0; k < 4 * C; k++) z[((d * H + y) * W + w) * 4 * C + k] += zw[nq * 4 * C + k];
         float *gates = gs ? gs + bn * 4 * PC : spare;
         for (int p = 0; p < P; p++) {
-            const float *zp = z + p * 4 * C, *cp = c + p * C;
+            const float *zp = z + p * 4 * C, *zb = in->zbias + (p % (H * W)) * 4 * C, *cp = c + p * C;
             float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
             int k = 0;
-            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
-            if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
+            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, zb, cp, gp, hp, cq);
+            if (k < C) gates_forward(C, k, C - k, zp, zb, cp, gp, hp, cq);
         }
         h = h_out, c = c_out;
     }
@@ -546,14 +581,17 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
                const float *biases, const float *mix_w, const float *mix_b,
                float *reads, float *hN, float *cN, float *hs, float *cs, float *gs) {
     const Shape s = {D, H, W, D * H * W, factorised};
-    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, NULL};
+    float *zbias = alloc((size_t)H * W * 4 * C);
+    if (!zbias) return 1;
+    gemm(H * W, C, 4 * C, bvol, C, 1, mix_w, 4 * C, zbias, 4 * C, mix_b, 0);
+    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, NULL, zbias};
     const size_t PC = (size_t)s.P * C;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 18);
+        float *buf = alloc(PC * 20);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
@@ -565,6 +603,7 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
         free(buf);
         restore_ftz(csr);
     }
+    free(zbias);
     return failed;
 }
 
@@ -584,7 +623,7 @@ int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nt
     if (!mix_t) return 1;
     for (int i = 0; i < C2; i++)
         for (int j = 0; j < C4; j++) mix_t[j * C2 + i] = mix_w[i * C4 + j];
-    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, NULL, mix_t};
+    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_t, NULL};
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
         unsigned csr;
