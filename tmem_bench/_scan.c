@@ -301,23 +301,6 @@ INLINE const float *state_convs(const int C, const Shape *s, const float *restri
     return hc;
 }
 
-/* x = [write volume, state half] (P, 2C), as state_convs leaves a, b, hc. */
-INLINE void operator_input(const int C, const Shape *s, const float *restrict h, const float *restrict cyz,
-                           const float *restrict ux, const float *restrict bvol, const float *restrict taps,
-                           const float *restrict biases, float *restrict a, float *restrict b, float *restrict hc,
-                           float *restrict x) {
-    const float *hh = state_convs(C, s, h, taps, biases, a, b, hc);
-    for (int d = 0; d < s->D; d++)
-        for (int y = 0; y < s->H; y++)
-            for (int w = 0; w < s->W; w++) {
-                const int p = (d * s->H + y) * s->W + w;
-                const float *cz = cyz + (d * s->H + y) * C, *u = ux + w * C, *bv = bvol + (y * s->W + w) * C;
-                float *xp = x + p * 2 * C;
-                for (int k = 0; k < C; k++) xp[k] = cz[k] * u[k] + bv[k];
-                for (int k = 0; k < C; k++) xp[C + k] = hh[p * C + k];
-            }
-}
-
 /* The batch-level arrays of one call. */
 typedef struct {
     const float *cz, *uy, *ux, *bvol, *wz, *wy, *wx, *taps, *biases, *mix_w, *mix_t;
@@ -420,15 +403,16 @@ typedef struct {
 
 /* One sequence's backward through all N steps, last first. dh, dc hold the gradients
  * of the final state on entry and those of the initial state on return; scratch
- * holds 18 volumes of P x C. */
+ * holds 25 volumes of P x C. */
 INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, const Inputs *in, const float *hs,
                               const float *cs, const float *gs, const float *d_reads, float *restrict dh,
                               float *restrict dc, StepGrads out, float *g, float *scratch) {
     const int P = s->P, D = s->D, H = s->H, W = s->W, DH = D * H, C2 = 2 * C, C4 = 4 * C;
     const size_t PC = (size_t)P * C;
-    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *dz = x + 2 * PC;
+    float *a = scratch, *b = a + PC, *hc = b + PC, *xw = hc + PC, *dzw = xw + PC, *dz = dzw + 4 * PC;
     float *dx = dz + 4 * PC, *da = dx + 2 * PC, *db = da + PC, *dhc = db + PC;
-    float *cyz = dhc + PC, *dcyz = cyz + PC, *dw3 = dcyz + PC, *dwzy = dw3 + PC;
+    float *cyz = dhc + PC, *dcyz = cyz + PC, *dw3 = dcyz + PC, *dwzy = dw3 + PC, *dzsum = dwzy + PC;
+    memset(dzsum, 0, (size_t)H * W * C4 * sizeof(float));
     float *g_mix = g, *g_mixb = g_mix + C2 * C4, *g_bvol = g_mixb + C4, *g_taps = g_bvol + H * W * C;
     float *g_bias = g_taps + 9 * C;
     for (int n = N - 1; n >= 0; n--) {
@@ -444,7 +428,7 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
                 for (int j = 0; j < 4; j++) __builtin_prefetch(gs + (bn - 1) * 4 * PC + j * PC + i);
             }
         outer_cyz(C, s, czn, uyn, cyz);
-        operator_input(C, s, h, cyz, uxn, in->bvol, in->taps, in->biases, a, b, hc, x);
+        const float *hh = state_convs(C, s, h, in->taps, in->biases, a, b, hc);
         for (int p = 0; p < P; p++) {
             const float *gp = gates + p * C4, *cp = c + p * C;
             float *dhp = dh + p * C, *dcp = dc + p * C, *dzp = dz + p * C4;
@@ -453,13 +437,21 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
             if (k < C) gates_backward(C, k, C - k, gp, cp, dhp, dcp, dzp);
         }
         gemm(P, C4, C2, dz, C4, 1, in->mix_t, C2, dx, C2, NULL, 0);
-        gemm(C2, P, C4, x, 1, C2, dz, C4, g_mix, C4, NULL, 1);
-        float mixb[C4];
-        for (int k = 0; k < C4; k++) mixb[k] = 0.0f;
+        /* mix_w's gradient as the forward formed the gates: the state half over every voxel,
+         * the write volume over its box, and its bias share (dzsum) after the last step. */
+        gemm(C, P, C4, hh, 1, C, dz, C4, g_mix + C * C4, C4, NULL, 1);
+        int d0, d1, y0, y1, w0, w1, nq = 0;
+        support(C, D, czn, &d0, &d1), support(C, H, uyn, &y0, &y1), support(C, W, uxn, &w0, &w1);
+        for (int d = d0; d <= d1; d++)
+            for (int y = y0; y <= y1; y++)
+                for (int w = w0; w <= w1; w++, nq++) {
+                    for (int k = 0; k < C; k++) xw[nq * C + k] = cyz[(d * H + y) * C + k] * uxn[w * C + k];
+                    memcpy(dzw + nq * C4, dz + ((d * H + y) * W + w) * C4, C4 * sizeof(float));
+                }
+        gemm(C, nq, C4, xw, 1, C, dzw, C4, g_mix, C4, NULL, 1);
         for (int p = 0; p < P; p++)
-            for (int k = 0; k < C4; k++) mixb[k] += dz[p * C4 + k];
-        for (int k = 0; k < C4; k++) g_mixb[k] += mixb[k];
-        /* The write half: dx[:, :C] into cz, uy, ux and bvol. */
+            for (int k = 0; k < C4; k++) dzsum[(p % (H * W)) * C4 + k] += dz[p * C4 + k];
+        /* The write half: dx[:, :C] into cz, uy, ux (and bvol, after the last step). */
         float *restrict dux = out.ux + bn * W * C;
         for (int i = 0; i < DH * C; i++) dcyz[i] = 0.0f;
         for (int i = 0; i < W * C; i++) dux[i] = 0.0f;
@@ -468,11 +460,10 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
                 for (int w = 0; w < W; w++) {
                     const int p = (d * H + y) * W + w;
                     const float *dw = dx + p * C2, *cz = cyz + (d * H + y) * C, *u = uxn + w * C;
-                    float *dcz = dcyz + (d * H + y) * C, *du = dux + w * C, *gb = g_bvol + (y * W + w) * C;
+                    float *dcz = dcyz + (d * H + y) * C, *du = dux + w * C;
                     for (int k = 0; k < C; k++) {
                         dcz[k] += dw[k] * u[k];
                         du[k] += dw[k] * cz[k];
-                        gb[k] += dw[k];
                     }
                 }
         float *restrict dczn = out.cz + bn * D * C, *restrict duyn = out.uy + bn * H * C;
@@ -531,6 +522,11 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
             dwy[y] = acc;
         }
     }
+    /* The write's bias share over all steps: bvol's rows of g_mix, g_bvol and g_mixb. */
+    gemm(C, H * W, C4, in->bvol, 1, C, dzsum, C4, g_mix, C4, NULL, 1);
+    gemm(H * W, C4, C, dzsum, C4, 1, in->mix_t, C2, g_bvol, C, NULL, 1);
+    for (int i = 0; i < H * W; i++)
+        for (int k = 0; k < C4; k++) g_mixb[k] += dzsum[i * C4 + k];
 }
 
 /* Calls f(C) with C a literal for the paper's 16 channels and the ablation's 8, else
@@ -628,12 +624,12 @@ int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nt
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 20);
+        float *buf = alloc(PC * 27);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-            float *g = gparts + bi * G, *dh = buf + 18 * PC, *dc = dh + PC;
+            float *g = gparts + bi * G, *dh = buf + 25 * PC, *dc = dh + PC;
             memset(g, 0, G * sizeof(float));
             if (d_hN) memcpy(dh, d_hN + bi * PC, PC * sizeof(float)); else memset(dh, 0, PC * sizeof(float));
             if (d_cN) memcpy(dc, d_cN + bi * PC, PC * sizeof(float)); else memset(dc, 0, PC * sizeof(float));
