@@ -271,11 +271,10 @@ def test_native_is_thread_count_independent(kernel):
 @pytest.mark.parametrize("kernel", ["native"])
 @pytest.mark.parametrize("factors", ["dense", "zero", "one cell", "corner"])
 @pytest.mark.parametrize("factorised", [True, False])
-def test_native_write_box_on_any_factors(kernel, factors, factorised):
-    """The native forward adds the write volume's share of the gates only inside the box
-    where its factors are nonzero. Factors that are nonzero everywhere (no box), nowhere
-    (an empty box), at one cell, or in one corner give the PyTorch scan's outputs and
-    gradients."""
+def test_native_scan_on_any_write_factors(kernel, factors, factorised):
+    """Write factors nonzero everywhere (soft writes), nowhere, at one cell (hard writes) or
+    in one corner, through the factorised and the pointwise update: the native scan gives
+    the PyTorch scan's outputs and gradients."""
     g = torch.Generator().manual_seed(6)
     N, B, (D, H, W), C = 4, 3, (3, 4, 5), 8
     inputs = [0.5 * torch.randn(shape, generator=g) for shape in (  # in SCAN_INPUTS' order

@@ -134,14 +134,13 @@ INLINE vf vtanh(vf x) {
     return (vf)((vi)(-e / (2.0f + e)) | ((vi)x & sign));
 }
 
-/* One voxel's LSTM cell on n <= VW channels from k: z + zb (4C each) are the i, f, o, g
+/* One voxel's LSTM cell on n <= VW channels from k: z (4C) holds the i, f, o, g
  * pre-activations; the activated gates go to g (4C), the new cell to c_out, the new
  * state to h_out. */
-INLINE void gates_forward(const int C, int k, const int n, const float *restrict z, const float *restrict zb,
-                          const float *restrict c, float *restrict g, float *restrict h_out, float *restrict c_out) {
-    const vf si = vsigmoid(vload(z + k, n) + vload(zb + k, n)), sf = vsigmoid(vload(z + C + k, n) + vload(zb + C + k, n));
-    const vf so = vsigmoid(vload(z + 2 * C + k, n) + vload(zb + 2 * C + k, n));
-    const vf tg = vtanh(vload(z + 3 * C + k, n) + vload(zb + 3 * C + k, n));
+INLINE void gates_forward(const int C, int k, const int n, const float *restrict z, const float *restrict c,
+                          float *restrict g, float *restrict h_out, float *restrict c_out) {
+    const vf si = vsigmoid(vload(z + k, n)), sf = vsigmoid(vload(z + C + k, n));
+    const vf so = vsigmoid(vload(z + 2 * C + k, n)), tg = vtanh(vload(z + 3 * C + k, n));
     const vf cn = sf * vload(c + k, n) + si * tg;
     vstore(g + k, si, n), vstore(g + C + k, sf, n), vstore(g + 2 * C + k, so, n), vstore(g + 3 * C + k, tg, n);
     vstore(c_out + k, cn, n), vstore(h_out + k, so * vtanh(cn), n);
@@ -287,36 +286,34 @@ INLINE float channel_sum(const int C, float *restrict t) {
     return acc;
 }
 
-/* h through the D, H, W convs into hc (a, b: the first two conv outputs), or h itself
- * for the pointwise update: the state half of the operator's input. */
-INLINE const float *state_convs(const int C, const Shape *s, const float *restrict h, const float *restrict taps,
-                                const float *restrict biases, float *restrict a, float *restrict b,
-                                float *restrict hc) {
-    if (!s->factorised) return h;
+/* x = [write volume, h through the D, H, W convs] (P, 2C); a, b: the first two conv outputs. */
+INLINE void operator_input(const int C, const Shape *s, const float *restrict h, const float *restrict cyz,
+                           const float *restrict ux, const float *restrict bvol, const float *restrict taps,
+                           const float *restrict biases, float *restrict a, float *restrict b, float *restrict hc,
+                           float *restrict x) {
     float zero[C];
     for (int k = 0; k < C; k++) zero[k] = 0.0f;
-    conv_fwd(C, s, 0, h, taps, biases, zero, a);
-    conv_fwd(C, s, 1, a, taps + 3 * C, biases + C, zero, b);
-    conv_fwd(C, s, 2, b, taps + 6 * C, biases + 2 * C, zero, hc);
-    return hc;
+    if (s->factorised) {
+        conv_fwd(C, s, 0, h, taps, biases, zero, a);
+        conv_fwd(C, s, 1, a, taps + 3 * C, biases + C, zero, b);
+        conv_fwd(C, s, 2, b, taps + 6 * C, biases + 2 * C, zero, hc);
+    }
+    const float *hh = s->factorised ? hc : h;
+    for (int d = 0; d < s->D; d++)
+        for (int y = 0; y < s->H; y++)
+            for (int w = 0; w < s->W; w++) {
+                const int p = (d * s->H + y) * s->W + w;
+                const float *cz = cyz + (d * s->H + y) * C, *u = ux + w * C, *bv = bvol + (y * s->W + w) * C;
+                float *xp = x + p * 2 * C;
+                for (int k = 0; k < C; k++) xp[k] = cz[k] * u[k] + bv[k];
+                for (int k = 0; k < C; k++) xp[C + k] = hh[p * C + k];
+            }
 }
 
 /* The batch-level arrays of one call. */
 typedef struct {
-    const float *cz, *uy, *ux, *bvol, *wz, *wy, *wx, *taps, *biases, *mix_w, *mix_t;
-    const float *zbias;  /* (H*W, 4C): bvol @ mix_w[:C] + mix_b, the gates' share of the write that no step changes */
+    const float *cz, *uy, *ux, *bvol, *wz, *wy, *wx, *taps, *biases, *mix_w, *mix_b, *mix_t;
 } Inputs;
-
-/* The first and last i < n whose f[i, :C] has a nonzero (or NaN); lo > hi where none has. */
-INLINE void support(const int C, int n, const float *restrict f, int *lo, int *hi) {
-    *lo = n, *hi = -1;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < C; k++)
-            if (f[i * C + k] != 0.0f) {
-                *lo = *lo < i ? *lo : i, *hi = i;
-                break;
-            }
-}
 
 /* cyz[d, h] = cz[d] * uy[h]: the write volume without its W factor, (D*H, C). */
 INLINE void outer_cyz(const int C, const Shape *s, const float *restrict cz, const float *restrict uy,
@@ -334,8 +331,8 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
                              float *scratch) {
     const int P = s->P, D = s->D, H = s->H, W = s->W;
     const size_t PC = (size_t)P * C;
-    float *a = scratch, *b = a + PC, *hc = b + PC, *xw = hc + PC, *z = xw + PC, *zw = z + 4 * PC;
-    float *spare = zw + 4 * PC, *ping = spare + 4 * PC;  /* ping: two (h, c) pairs for a run that keeps nothing */
+    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *z = x + 2 * PC, *spare = z + 4 * PC;
+    float *cyz = spare + 4 * PC, *ping = cyz + PC;  /* ping: two (h, c) pairs for a run that keeps nothing */
     const float *h = h0, *c = c0;
     if (hs) {
         memcpy(hs + bi * N * PC, h0, PC * sizeof(float));
@@ -362,31 +359,16 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
             }
         }
         memcpy(reads + bn * C, r, sizeof r);
-        /* The gates' pre-activations: the state half's for every voxel; the write volume's
-         * only inside the box where its factors are nonzero (hat weights through 3-tap
-         * convs: at most 4 cells an axis), its bias part (zbias) added in the gates. */
-        const float *czn = in->cz + bn * D * C, *uyn = in->uy + bn * H * C, *uxn = in->ux + bn * W * C;
-        const float *hh = state_convs(C, s, h, in->taps, in->biases, a, b, hc);
-        gemm(P, C, 4 * C, hh, C, 1, in->mix_w + C * 4 * C, 4 * C, z, 4 * C, NULL, 0);
-        int d0, d1, y0, y1, w0, w1, nq = 0;
-        support(C, D, czn, &d0, &d1), support(C, H, uyn, &y0, &y1), support(C, W, uxn, &w0, &w1);
-        for (int d = d0; d <= d1; d++)
-            for (int y = y0; y <= y1; y++)
-                for (int w = w0; w <= w1; w++, nq++)
-                    for (int k = 0; k < C; k++) xw[nq * C + k] = czn[d * C + k] * uyn[y * C + k] * uxn[w * C + k];
-        gemm(nq, C, 4 * C, xw, C, 1, in->mix_w, 4 * C, zw, 4 * C, NULL, 0);
-        nq = 0;
-        for (int d = d0; d <= d1; d++)
-            for (int y = y0; y <= y1; y++)
-                for (int w = w0; w <= w1; w++, nq++)
-                    for (int k = 0; k < 4 * C; k++) z[((d * H + y) * W + w) * 4 * C + k] += zw[nq * 4 * C + k];
+        outer_cyz(C, s, in->cz + bn * D * C, in->uy + bn * H * C, cyz);
+        operator_input(C, s, h, cyz, in->ux + bn * W * C, in->bvol, in->taps, in->biases, a, b, hc, x);
+        gemm(P, 2 * C, 4 * C, x, 2 * C, 1, in->mix_w, 4 * C, z, 4 * C, in->mix_b, 0);
         float *gates = gs ? gs + bn * 4 * PC : spare;
         for (int p = 0; p < P; p++) {
-            const float *zp = z + p * 4 * C, *zb = in->zbias + (p % (H * W)) * 4 * C, *cp = c + p * C;
+            const float *zp = z + p * 4 * C, *cp = c + p * C;
             float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
             int k = 0;
-            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, zb, cp, gp, hp, cq);
-            if (k < C) gates_forward(C, k, C - k, zp, zb, cp, gp, hp, cq);
+            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
+            if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
         }
         h = h_out, c = c_out;
     }
@@ -403,16 +385,15 @@ typedef struct {
 
 /* One sequence's backward through all N steps, last first. dh, dc hold the gradients
  * of the final state on entry and those of the initial state on return; scratch
- * holds 25 volumes of P x C. */
+ * holds 18 volumes of P x C. */
 INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, const Inputs *in, const float *hs,
                               const float *cs, const float *gs, const float *d_reads, float *restrict dh,
                               float *restrict dc, StepGrads out, float *g, float *scratch) {
     const int P = s->P, D = s->D, H = s->H, W = s->W, DH = D * H, C2 = 2 * C, C4 = 4 * C;
     const size_t PC = (size_t)P * C;
-    float *a = scratch, *b = a + PC, *hc = b + PC, *xw = hc + PC, *dzw = xw + PC, *dz = dzw + 4 * PC;
+    float *a = scratch, *b = a + PC, *hc = b + PC, *x = hc + PC, *dz = x + 2 * PC;
     float *dx = dz + 4 * PC, *da = dx + 2 * PC, *db = da + PC, *dhc = db + PC;
-    float *cyz = dhc + PC, *dcyz = cyz + PC, *dw3 = dcyz + PC, *dwzy = dw3 + PC, *dzsum = dwzy + PC;
-    memset(dzsum, 0, (size_t)H * W * C4 * sizeof(float));
+    float *cyz = dhc + PC, *dcyz = cyz + PC, *dw3 = dcyz + PC, *dwzy = dw3 + PC;
     float *g_mix = g, *g_mixb = g_mix + C2 * C4, *g_bvol = g_mixb + C4, *g_taps = g_bvol + H * W * C;
     float *g_bias = g_taps + 9 * C;
     for (int n = N - 1; n >= 0; n--) {
@@ -428,7 +409,7 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
                 for (int j = 0; j < 4; j++) __builtin_prefetch(gs + (bn - 1) * 4 * PC + j * PC + i);
             }
         outer_cyz(C, s, czn, uyn, cyz);
-        const float *hh = state_convs(C, s, h, in->taps, in->biases, a, b, hc);
+        operator_input(C, s, h, cyz, uxn, in->bvol, in->taps, in->biases, a, b, hc, x);
         for (int p = 0; p < P; p++) {
             const float *gp = gates + p * C4, *cp = c + p * C;
             float *dhp = dh + p * C, *dcp = dc + p * C, *dzp = dz + p * C4;
@@ -437,21 +418,13 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
             if (k < C) gates_backward(C, k, C - k, gp, cp, dhp, dcp, dzp);
         }
         gemm(P, C4, C2, dz, C4, 1, in->mix_t, C2, dx, C2, NULL, 0);
-        /* mix_w's gradient as the forward formed the gates: the state half over every voxel,
-         * the write volume over its box, and its bias share (dzsum) after the last step. */
-        gemm(C, P, C4, hh, 1, C, dz, C4, g_mix + C * C4, C4, NULL, 1);
-        int d0, d1, y0, y1, w0, w1, nq = 0;
-        support(C, D, czn, &d0, &d1), support(C, H, uyn, &y0, &y1), support(C, W, uxn, &w0, &w1);
-        for (int d = d0; d <= d1; d++)
-            for (int y = y0; y <= y1; y++)
-                for (int w = w0; w <= w1; w++, nq++) {
-                    for (int k = 0; k < C; k++) xw[nq * C + k] = cyz[(d * H + y) * C + k] * uxn[w * C + k];
-                    memcpy(dzw + nq * C4, dz + ((d * H + y) * W + w) * C4, C4 * sizeof(float));
-                }
-        gemm(C, nq, C4, xw, 1, C, dzw, C4, g_mix, C4, NULL, 1);
+        gemm(C2, P, C4, x, 1, C2, dz, C4, g_mix, C4, NULL, 1);
+        float mixb[C4];
+        for (int k = 0; k < C4; k++) mixb[k] = 0.0f;
         for (int p = 0; p < P; p++)
-            for (int k = 0; k < C4; k++) dzsum[(p % (H * W)) * C4 + k] += dz[p * C4 + k];
-        /* The write half: dx[:, :C] into cz, uy, ux (and bvol, after the last step). */
+            for (int k = 0; k < C4; k++) mixb[k] += dz[p * C4 + k];
+        for (int k = 0; k < C4; k++) g_mixb[k] += mixb[k];
+        /* The write half: dx[:, :C] into cz, uy, ux and bvol. */
         float *restrict dux = out.ux + bn * W * C;
         for (int i = 0; i < DH * C; i++) dcyz[i] = 0.0f;
         for (int i = 0; i < W * C; i++) dux[i] = 0.0f;
@@ -460,10 +433,11 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
                 for (int w = 0; w < W; w++) {
                     const int p = (d * H + y) * W + w;
                     const float *dw = dx + p * C2, *cz = cyz + (d * H + y) * C, *u = uxn + w * C;
-                    float *dcz = dcyz + (d * H + y) * C, *du = dux + w * C;
+                    float *dcz = dcyz + (d * H + y) * C, *du = dux + w * C, *gb = g_bvol + (y * W + w) * C;
                     for (int k = 0; k < C; k++) {
                         dcz[k] += dw[k] * u[k];
                         du[k] += dw[k] * cz[k];
+                        gb[k] += dw[k];
                     }
                 }
         float *restrict dczn = out.cz + bn * D * C, *restrict duyn = out.uy + bn * H * C;
@@ -522,11 +496,6 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
             dwy[y] = acc;
         }
     }
-    /* The write's bias share over all steps: bvol's rows of g_mix, g_bvol and g_mixb. */
-    gemm(C, H * W, C4, in->bvol, 1, C, dzsum, C4, g_mix, C4, NULL, 1);
-    gemm(H * W, C4, C, dzsum, C4, 1, in->mix_t, C2, g_bvol, C, NULL, 1);
-    for (int i = 0; i < H * W; i++)
-        for (int k = 0; k < C4; k++) g_mixb[k] += dzsum[i * C4 + k];
 }
 
 /* Calls f(C) with C a literal for the paper's 16 channels and the ablation's 8, else
@@ -577,17 +546,14 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
                const float *biases, const float *mix_w, const float *mix_b,
                float *reads, float *hN, float *cN, float *hs, float *cs, float *gs) {
     const Shape s = {D, H, W, D * H * W, factorised};
-    float *zbias = alloc((size_t)H * W * 4 * C);
-    if (!zbias) return 1;
-    gemm(H * W, C, 4 * C, bvol, C, 1, mix_w, 4 * C, zbias, 4 * C, mix_b, 0);
-    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, NULL, zbias};
+    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, NULL};
     const size_t PC = (size_t)s.P * C;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 20);
+        float *buf = alloc(PC * 18);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
@@ -599,7 +565,6 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
         free(buf);
         restore_ftz(csr);
     }
-    free(zbias);
     return failed;
 }
 
@@ -619,17 +584,17 @@ int tm_backward(int B, int N, int D, int H, int W, int C, int factorised, int nt
     if (!mix_t) return 1;
     for (int i = 0; i < C2; i++)
         for (int j = 0; j < C4; j++) mix_t[j * C2 + i] = mix_w[i * C4 + j];
-    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_t, NULL};
+    const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, NULL, mix_t};
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
         unsigned csr;
         set_ftz(&csr);
-        float *buf = alloc(PC * 27);
+        float *buf = alloc(PC * 20);
         if (!buf) failed = 1;
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-            float *g = gparts + bi * G, *dh = buf + 25 * PC, *dc = dh + PC;
+            float *g = gparts + bi * G, *dh = buf + 18 * PC, *dc = dh + PC;
             memset(g, 0, G * sizeof(float));
             if (d_hN) memcpy(dh, d_hN + bi * PC, PC * sizeof(float)); else memset(dh, 0, PC * sizeof(float));
             if (d_cN) memcpy(dc, d_cN + bi * PC, PC * sizeof(float)); else memset(dc, 0, PC * sizeof(float));
