@@ -273,8 +273,8 @@ INLINE void conv_bwd(const int C, const Shape *s, int axis, const float *restric
                 const float *g_lo = has_lo ? g - stride : zero, *g_hi = has_hi ? g + stride : zero;
                 const float *m_lo = has_lo ? m - stride : zero, *m_hi = has_hi ? m + stride : zero;
                 float *o = dx + p;
+                for (int k = 0; k < C; k++) o[k] = g[k] * t1[k] + g_lo[k] * t2[k] + g_hi[k] * t0[k];
                 for (int k = 0; k < C; k++) {
-                    o[k] = g[k] * t1[k] + g_lo[k] * t2[k] + g_hi[k] * t0[k];
                     g0[k] += g[k] * m_lo[k];
                     g1[k] += g[k] * m[k];
                     g2[k] += g[k] * m_hi[k];
@@ -481,9 +481,12 @@ INLINE void backward_sequence(const int C, const Shape *s, int N, size_t bi, con
                     const float wt = wzy * wx[w];
                     if (wt != 0.0f)
                         for (int k = 0; k < C; k++) dh[p * C + k] += dr[k] * wt;
-                    float t[C];
-                    for (int k = 0; k < C; k++) t[k] = dr[k] * h[p * C + k];
-                    dw3[p] = channel_sum(C, t);
+                    dw3[p] = 0.0f;
+                    if (wzy != 0.0f || wx[w] != 0.0f) {  /* else both sums below take dw3[p] times zero */
+                        float t[C];
+                        for (int k = 0; k < C; k++) t[k] = dr[k] * h[p * C + k];
+                        dw3[p] = channel_sum(C, t);
+                    }
                     acc += dw3[p] * wx[w];
                 }
                 dwzy[d * H + y] = acc;
