@@ -273,8 +273,9 @@ def test_native_is_thread_count_independent(kernel):
 @pytest.mark.parametrize("factorised", [True, False])
 def test_native_scan_on_any_write_factors(kernel, factors, factorised):
     """Write factors nonzero everywhere (soft writes), nowhere, at one cell (hard writes) or
-    in one corner, through the factorised and the pointwise update: the native scan gives
-    the PyTorch scan's outputs and gradients."""
+    in one corner, through the factorised and the pointwise update, with read weights
+    nonzero at two cells an axis as trilinear ones are: the native scan gives the PyTorch
+    scan's outputs and gradients, those of the zero read weights included."""
     g = torch.Generator().manual_seed(6)
     N, B, (D, H, W), C = 4, 3, (3, 4, 5), 8
     inputs = [0.5 * torch.randn(shape, generator=g) for shape in (  # in SCAN_INPUTS' order
@@ -284,6 +285,8 @@ def test_native_scan_on_any_write_factors(kernel, factors, factorised):
         keep = torch.zeros(f.shape[2], dtype=torch.bool)
         keep[{"dense": slice(None), "zero": slice(0, 0), "one cell": slice(1, 2), "corner": slice(-2, None)}[factors]] = True
         f[:, :, ~keep] = 0.0
+    for f in inputs[4:7]:  # wz, wy, wx: (B, N, n)
+        f[..., [0, *range(3, f.shape[-1])]] = 0.0
     runs = {}
     for k in ("eager", kernel):
         xs = [t.clone().requires_grad_() for t in inputs]
