@@ -19,7 +19,7 @@ the native build's variant (avx512, avx2, sse, generic) and the kernel each row 
 A CPU without AVX-512 can be approximated on one that has it: build the AVX2 variant
 and cap PyTorch's own kernels (ATen, inductor, oneDNN, MKL) at AVX2 as well:
 
-    gcc -O3 -march=native -mno-avx512f -fopenmp -fno-wrapv -shared -fPIC \\
+    gcc -O3 -march=native -mno-avx512f -fopenmp -fno-wrapv -fschedule-insns -fsched-pressure -shared -fPIC \\
         $(python3-config --includes) tmem_bench/_scan.c -o /tmp/scan_avx2.so
     TMEM_BENCH_NATIVE_LIB=/tmp/scan_avx2.so ATEN_CPU_CAPABILITY=avx2 TORCHINDUCTOR_CPP_MARCH=x86-64-v3 \\
         ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python benchmarks/bench_tensor_step.py --threads 2 --save
