@@ -116,7 +116,7 @@ INLINE vf vexpm1(vf x, vf *plus2) {
     vf m = x * 1.44269504088896341f + shifter, n = m - shifter;
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
     /* One fused step with ln 2 rounded to float: it is off by 2e-9, so r is off by
-     * n * 2e-9, under half an ulp of exp(r) while |x| < 20 (|n| <= 29), where gates
+     * n * 2e-9, under an ulp of exp(r) while |x| < 20 (|n| <= 29), where gates
      * are not saturated; the tests' float64 referee holds the scan to it. */
     vf r = x - n * 0.693147180559945f;
 #else
