@@ -248,22 +248,31 @@ def _output_and_grads(model, x):
 SCAN_INPUTS = ["cz", "uy", "ux", "bvol", "wz", "wy", "wx", "h0", "c0", "taps", "biases", "mix_w", "mix_b"]
 
 
+def random_scan_inputs(seed: int, N: int, B: int, grid: tuple[int, int, int], C: int) -> list[torch.Tensor]:
+    """Dense random inputs of tm_fast.scan, in SCAN_INPUTS' order."""
+    g, (D, H, W) = torch.Generator().manual_seed(seed), grid
+    return [0.5 * torch.randn(shape, generator=g) for shape in (
+        (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
+        (B, D, H, W, C), (B, D, H, W, C), (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
+
+
+def scan_with_grads(inputs: list[torch.Tensor], kernel: str, factorised: bool = True) -> list[torch.Tensor | None]:
+    """The scan's outputs, then every input's gradient of a fixed random projection of them."""
+    xs = [t.clone().requires_grad_() for t in inputs]
+    outs = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=factorised, kernel=kernel)
+    loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
+    return [*outs, *grads(loss, xs)]
+
+
 @pytest.mark.parametrize("kernel", ["native"])
 def test_native_is_thread_count_independent(kernel):
     """Each sequence is one task with its own gradient sums, reduced in a fixed order:
     the scan's outputs and gradients do not depend on how many threads ran it."""
-    g = torch.Generator().manual_seed(5)
-    N, B, (D, H, W), C = 6, 7, (3, 4, 5), 8
-    inputs = [0.5 * torch.randn(shape, generator=g) for shape in (  # in SCAN_INPUTS' order
-        (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
-        (B, D, H, W, C), (B, D, H, W, C), (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
+    inputs = random_scan_inputs(5, N=6, B=7, grid=(3, 4, 5), C=8)
     runs = []
     for threads in (1, 2, 3):
         torch.set_num_threads(threads)
-        xs = [t.clone().requires_grad_() for t in inputs]
-        outs = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel="native")
-        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
-        runs.append([*outs, *grads(loss, xs)])
+        runs.append(scan_with_grads(inputs, "native"))
     for run in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
 
@@ -276,23 +285,14 @@ def test_native_scan_on_any_write_factors(kernel, factors, factorised):
     in one corner, through the factorised and the pointwise update, with read weights
     nonzero at two cells an axis as trilinear ones are: the native scan gives the PyTorch
     scan's outputs and gradients, those of the zero read weights included."""
-    g = torch.Generator().manual_seed(6)
-    N, B, (D, H, W), C = 4, 3, (3, 4, 5), 8
-    inputs = [0.5 * torch.randn(shape, generator=g) for shape in (  # in SCAN_INPUTS' order
-        (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
-        (B, D, H, W, C), (B, D, H, W, C), (3, 3, C), (3, C), (2 * C, 4 * C), (4 * C,))]
+    inputs = random_scan_inputs(6, N=4, B=3, grid=(3, 4, 5), C=8)
     for f in inputs[:3]:  # cz, uy, ux: (B, N, n, C)
         keep = torch.zeros(f.shape[2], dtype=torch.bool)
         keep[{"dense": slice(None), "zero": slice(0, 0), "one cell": slice(1, 2), "corner": slice(-2, None)}[factors]] = True
         f[:, :, ~keep] = 0.0
     for f in inputs[4:7]:  # wz, wy, wx: (B, N, n)
         f[..., [0, *range(3, f.shape[-1])]] = 0.0
-    runs = {}
-    for k in ("eager", kernel):
-        xs = [t.clone().requires_grad_() for t in inputs]
-        outs = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=factorised, kernel=k)
-        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
-        runs[k] = [*outs, *grads(loss, xs)]
+    runs = {k: scan_with_grads(inputs, k, factorised) for k in ("eager", kernel)}
     for i, (a, b) in enumerate(zip(runs["eager"], runs[kernel])):
         assert (a is None) == (b is None), i
         if a is not None:
