@@ -64,6 +64,29 @@ def flaky(d_model, n_layers, n_heads, **options):
 '''
 
 
+HELD = '''
+import os
+import time
+
+import torch.nn as nn
+
+
+class Held(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, blocked=None):
+        while self.training and os.path.exists(os.environ.get("TMEM_TEST_HOLD", "")):
+            time.sleep(0.05)
+        return self.proj(x)
+
+
+def held(d_model, n_layers, n_heads, **options):
+    return Held(d_model)
+'''
+
+
 def need(module: str):
     """The extra's module; where it is missing the test is skipped, except in CI, where it fails."""
     if os.environ.get("CI"):
@@ -153,32 +176,44 @@ def test_ray_tasks_give_the_serial_numbers(sweep, local_ray, tmp_path):
     assert local_ray.is_initialized()  # a Ray the caller started is left to the caller
 
 
-def test_a_driver_killed_midway_resumes_to_the_same_numbers(sweep, tmp_path):
-    folder, cells, reference = sweep
-    command = [sys.executable, "-m", "tmem_bench.cli", "run", "coordinate_binding", "--profile",
-               str(folder / "sweep.toml"), "--train-at", "each", "--device", "cpu", "--out", "run",
-               "--cpus-per-cell", "1", "--no-report", "--executor", "local", "--workers", "2"]
-    env = {**os.environ, "COLUMNS": "400"}
+def test_a_driver_killed_midway_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    # The kill point is fixed, not raced: the held model's cells wait while the file TMEM_TEST_HOLD names
+    # exists, so the driver dies with exactly base's two cells finished whatever the machine's load.
+    (tmp_path / "held_plugin.py").write_text(HELD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    profile = sweep_profile(tmp_path, '["base", { name = "held_plugin:held", label = "held" }]')
+    cells = make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}))
+    assert [c.label for c in cells] == ["base", "base", "held", "held"]  # base's cells reach the two workers first
+    run_plan(cells, tmp_path / "serial", device="cpu", console=quiet(), executor=ExecutorOptions(cpus_per_cell=1))
+    reference = numbers(tmp_path / "serial")
+
+    command = [sys.executable, "-m", "tmem_bench.cli", "run", "coordinate_binding", "--profile", profile,
+               "--level", "n_writes=3", "--device", "cpu", "--out", "run", "--cpus-per-cell", "1", "--no-report",
+               "--executor", "local", "--workers", "2"]
+    env = {**os.environ, "COLUMNS": "400", "PYTHONPATH": str(tmp_path)}
     cells_dir = tmp_path / "run" / "cells"
-    # Niced, with its workers: on two busy cores this test must still see the first cell file at once.
-    driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              preexec_fn=lambda: os.nice(19))
+    hold = tmp_path / "hold"
+    hold.touch()
+    driver = subprocess.Popen(command, cwd=tmp_path, env={**env, "TMEM_TEST_HOLD": str(hold)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not list(cells_dir.glob("*.json")) and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.02)
+        while len(list(cells_dir.glob("*.json"))) < 2 and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.05)
+        assert driver.poll() is None, driver.stderr.read()
         driver.send_signal(signal.SIGKILL)
     finally:
+        driver.kill()
         driver.wait(timeout=60)
-    at_kill = len(list(cells_dir.glob("*.json")))
-    assert 1 <= at_kill < 4
-    time.sleep(2)
-    assert len(list(cells_dir.glob("*.json"))) == at_kill  # the workers died with their driver
+    assert sorted(read_cell(p)["cell"]["label"] for p in cells_dir.glob("*.json")) == ["base", "base"]
+    hold.unlink()  # an orphaned worker would now finish its held cell
+    time.sleep(3)
+    assert len(list(cells_dir.glob("*.json"))) == 2  # the workers died with their driver
 
     # Resumed by the serial executor: any executor completes what another started.
     resumed = subprocess.run(command[:-5], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming: {at_kill} of 4 cells already finished" in resumed.stderr
+    assert "resuming: 2 of 4 cells already finished" in resumed.stderr
     assert numbers(tmp_path / "run") == reference
     assert partial_files(tmp_path / "run") == [] and not (tmp_path / "run" / "failed").exists()
 
