@@ -35,7 +35,7 @@ class NaiveTensorMemory(TensorMemory):
             vol = torch.exp(-dist2 / (2 * sigma[:, :, None, None] ** 2 + 1e-6))
         return content[:, :, None, None, None] * vol[:, None]
 
-    def forward(self, x: torch.Tensor, state: MemoryState | None = None):
+    def forward(self, x: torch.Tensor, state: MemoryState | None = None, output_final_state: bool = True):
         B, S, d = x.shape
         K = self.config.chunk_size
         if state is None:
@@ -59,7 +59,7 @@ class NaiveTensorMemory(TensorMemory):
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
         read = torch.stack(reads, dim=1).repeat_interleave(K, dim=1)[:, :S]  # (B, S, d)
-        return read, MemoryState(h, c)
+        return read, MemoryState(h, c) if output_final_state else None
 
 
 def naive_twin(model):

@@ -21,7 +21,8 @@ from tmem_bench.errors import UsageError
 from tmem_bench.plan import make_plan
 from tmem_bench.probe import causality_probe
 from tmem_bench.registry import get_backbone
-from tmem_bench.tensor_memory import MemoryState, TensorMemory, TensorMemoryConfig
+from tmem_bench.tensor_memory import (MemoryState, MemoryTransformer, MemoryTransformerConfig, TensorMemory,
+                                      TensorMemoryConfig)
 
 TOL = 1e-5
 # Eager PyTorch and the C scan; the compiled step, slow to compile, at one small size below.
@@ -198,6 +199,29 @@ def test_tiled_scan_matches_naive_twin(monkeypatch, tile):
     assert_close(["output", *(n for n, _ in model.named_parameters())], *outs)
 
 
+class CountingMemory(torch.nn.Module):
+    """A Memory with the two-argument forward of DESIGN.md: its state counts the tokens seen."""
+
+    def __init__(self):
+        super().__init__()
+        self.starts = []
+
+    def init_state(self, batch: int):
+        return torch.zeros(batch)
+
+    def forward(self, x, state):
+        self.starts.append(float(state[0]))
+        return torch.zeros_like(x), state + x.shape[1]
+
+
+@pytest.mark.parametrize("threading", ["per_layer", "reference"])
+def test_a_memory_without_output_final_state_plugs_in(threading):
+    memory = CountingMemory()
+    config = MemoryTransformerConfig(d_model=16, n_layers=3, n_heads=2, threading=threading)
+    MemoryTransformer(config, memory)(torch.randn(2, 5, 16))
+    assert memory.starts == ([0.0, 5.0, 10.0] if threading == "reference" else [0.0, 0.0, 0.0])
+
+
 def test_causality_probe_flags_reference_threading():
     verdicts = {}
     for threading in ("per_layer", "reference"):
@@ -297,6 +321,39 @@ def test_native_scan_on_any_write_factors(kernel, factors, factorised):
         assert (a is None) == (b is None), i
         if a is not None:
             assert rel(b, a) < 1e-5, (i, rel(b, a))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_scan_without_the_final_state(kernel):
+    """Without output_final_state the scan returns no final state (the native one skips
+    the last write) and the same reads, and, trained on the reads, the same gradients."""
+    inputs = random_scan_inputs(7, N=5, B=3, grid=(3, 4, 5), C=8)
+    weight = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(8))
+    runs = []
+    for final in (True, False):
+        xs = [t.clone().requires_grad_() for t in inputs]
+        with torch.no_grad():
+            evaluated = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel=kernel,
+                                     output_final_state=final)
+        reads, hN, cN = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel=kernel,
+                                     output_final_state=final)
+        assert (hN is None) == (cN is None) == (evaluated[1] is None) == (evaluated[2] is None) == (not final)
+        runs.append([evaluated[0], reads, *grads((reads * weight).sum(), xs)])
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert (a is None and b is None) or torch.equal(a, b), i
+
+
+@pytest.mark.parametrize("kernel", ["native"])
+def test_native_forward_refuses_to_keep_steps_without_the_final_state(kernel):
+    """C skips the last write without a final state, so it must not save steps for a backward then."""
+    B, N, (D, H, W), C = 2, 3, (3, 4, 5), 8
+    inputs = dict(zip(SCAN_INPUTS, random_scan_inputs(9, N=N, B=B, grid=(D, H, W), C=C)))
+    saved = {name: torch.empty(B, N, D * H * W, width) for name, width in (("hs", C), ("cs", C), ("gs", 4 * C))}
+    call = dict(B=B, N=N, D=D, H=H, W=W, C=C, factorised=1, nthreads=1, **inputs, reads=torch.empty(B, N, C))
+    assert native.native_call("tm_forward", **call, hN=None, cN=None, **saved) == 2
+    assert native.native_call("tm_forward", **call, hN=torch.empty(B, D, H, W, C), cN=None,
+                              **dict.fromkeys(saved)) == 2
+    assert native.native_call("tm_forward", **call, hN=None, cN=None, **dict.fromkeys(saved)) == 0
 
 
 @pytest.mark.parametrize("kernel", ["native"])

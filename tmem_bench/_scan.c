@@ -22,6 +22,8 @@
  *   gparts (B, G): each sequence's weight gradients, summed over its steps;
  *   gsum (G): their sum over the batch, in a fixed order whatever the threads:
  *   mix_w (2C*4C), mix_b (4C), bvol (H*W*C), taps (9C), biases (3C).
+ *   hN and cN may be NULL where nothing is kept for a backward (hs, cs, gs NULL): the
+ *   final state is not wanted, and the last step's write, which only it sees, is skipped.
  *   Gradients have their input's layout; d_h0, d_c0 (outputs) and d_hN, d_cN
  *   (inputs) may be NULL.
  */
@@ -207,12 +209,17 @@ INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, i
             tile(1, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);        \
     } while (0)
 
+/* The rows left to TR_B tiles: the fewest that leave a multiple of TR_A. */
+INLINE int tail_rows(int rows) {
+    int tail_b = 0;
+    while (tail_b + TR_B <= rows && (rows - tail_b) % TR_A) tail_b += TR_B;
+    return (rows - tail_b) % TR_A ? rows : tail_b;
+}
+
 /* O (rows, cols) (+)= [bias +] A @ Bm with A's element (i, k) at A[i*sar + k*sak]. */
 INLINE void gemm(int rows, int red, int cols, const float *A, int sar, int sak, const float *Bm, int ldb, float *O,
                  int ldo, const float *bias, int accumulate) {
-    int tail_b = 0;  /* rows left to TR_B tiles: the fewest that leave a multiple of TR_A */
-    while (tail_b + TR_B <= rows && (rows - tail_b) % TR_A) tail_b += TR_B;
-    if ((rows - tail_b) % TR_A) tail_b = rows;
+    const int tail_b = tail_rows(rows);
     int j = 0;
     for (; j + NV * VW <= cols; j += NV * VW) {
         const float *bj = bias ? bias + j : NULL;
@@ -371,20 +378,25 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
             }
         }
         memcpy(reads + bn * C, r, sizeof r);
+        if (n == N - 1 && !hN) break;
         outer_cyz(C, s, in->cz + bn * D * C, in->uy + bn * H * C, cyz);
         operator_input(C, s, h, cyz, in->ux + bn * W * C, in->bvol, in->taps, in->biases, a, b, hc, x);
-        gemm(P, 2 * C, 4 * C, x, 2 * C, 1, in->mix_w, 4 * C, z, 4 * C, in->mix_b, 0);
         float *gates = gs ? gs + bn * 4 * PC : spare;
-        for (int p = 0; p < P; p++) {
-            const float *zp = z + p * 4 * C, *cp = c + p * C;
-            float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
-            int k = 0;
-            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
-            if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
+        const int tail = tail_rows(P);
+        for (int i = 0, nr; i < P; i += nr) {
+            nr = i + TR_A <= P - tail ? TR_A : i + TR_B <= P ? TR_B : 1;
+            gemm(nr, 2 * C, 4 * C, x + i * 2 * C, 2 * C, 1, in->mix_w, 4 * C, z + i * 4 * C, 4 * C, in->mix_b, 0);
+            for (int p = i; p < i + nr; p++) {
+                const float *zp = z + p * 4 * C, *cp = c + p * C;
+                float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
+                int k = 0;
+                for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
+                if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
+            }
         }
         h = h_out, c = c_out;
     }
-    if (N == 0) {
+    if (N == 0 && hN) {
         memcpy(hN, h0, PC * sizeof(float));
         memcpy(cN, c0, PC * sizeof(float));
     }
@@ -547,7 +559,7 @@ static float *alloc(size_t n) {
 /* native.py refuses a build whose interface version is not its own INTERFACE_VERSION:
  * ctypes cannot see a signature, so a stale build would otherwise read its arguments
  * from the wrong places. Bump it with every change to a signature or exported function below. */
-#define TM_INTERFACE_VERSION 2
+#define TM_INTERFACE_VERSION 3
 
 int tm_interface_version(void) { return TM_INTERFACE_VERSION; }
 
@@ -555,6 +567,8 @@ int tm_interface_version(void) { return TM_INTERFACE_VERSION; }
  * "auto" takes the native scan only for variants measured faster than the alternatives. */
 const char *tm_variant(void) { return TM_VARIANT; }
 
+/* 0 on success; 1 where a buffer could not be allocated; 2 where hN and cN are not both
+ * given, or are NULL while something is kept for a backward. */
 int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nthreads,
                const float *cz, const float *uy, const float *ux, const float *bvol, const float *wz,
                const float *wy, const float *wx, const float *h0, const float *c0, const float *taps,
@@ -563,6 +577,7 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
     const Shape s = {D, H, W, D * H * W, factorised};
     const Inputs in = {cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, NULL};
     const size_t PC = (size_t)s.P * C;
+    if (!hN != !cN || (!hN && (hs || cs || gs))) return 2;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) reduction(|| : failed)
     {
@@ -573,8 +588,8 @@ int tm_forward(int B, int N, int D, int H, int W, int C, int factorised, int nth
 #pragma omp for schedule(static)
         for (int bi = 0; bi < B; bi++) {
             if (!buf) continue;
-#define FORWARD(CC) forward_sequence(CC, &s, N, bi, &in, h0 + bi * PC, c0 + bi * PC, hN + bi * PC, cN + bi * PC, \
-                                     reads, hs, cs, gs, buf)
+#define FORWARD(CC) forward_sequence(CC, &s, N, bi, &in, h0 + bi * PC, c0 + bi * PC,                 \
+                                     hN ? hN + bi * PC : NULL, cN ? cN + bi * PC : NULL, reads, hs, cs, gs, buf)
             DISPATCH(FORWARD)
         }
         free(buf);

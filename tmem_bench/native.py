@@ -36,7 +36,7 @@ NATIVE_SIGNATURES = {
 }
 # Must equal TM_INTERFACE_VERSION in _scan.c; bump both with every change to a signature
 # or to the exported functions.
-INTERFACE_VERSION = 2
+INTERFACE_VERSION = 3
 
 _loaded: dict[str | None, tuple[object, str, str]] = {}  # path (None: the extension) -> (library, why not, variant)
 _chosen: list[str | None] = []  # the path `use_library` chose, overriding the environment

@@ -218,24 +218,30 @@ class NativeScan(torch.autograd.Function):
     """The same scan as TensorMemoryScan through `_scan.c`, on the write and read
     weights' 1D factors (formed into volumes inside C, never in memory), batch first;
     the arguments are those of `scan`, in its order, then whether to keep each step's
-    state and gates for a backward."""
+    state and gates for a backward, and whether to return the final state (always, where
+    kept: without it C skips the last step's write)."""
 
     @staticmethod
-    def forward(ctx, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, keep: bool):
+    def forward(ctx, cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b, factorised: bool, keep: bool,
+                final: bool):
         B, N, D, C = cz.shape
         H, W = uy.shape[2], ux.shape[2]
         P = D * H * W
         ins = dict(cz=cz, uy=uy, ux=ux, bvol=bvol, wz=wz, wy=wy, wx=wx, h0=h0, c0=c0, taps=taps, biases=biases,
                    mix_w=mix_w, mix_b=mix_b)
         ins = {name: t.contiguous() for name, t in ins.items()}
-        outs = dict(reads=h0.new_empty((B, N, C)), hN=torch.empty_like(ins["h0"]), cN=torch.empty_like(ins["c0"]))
+        final = final or keep
+        outs = dict(reads=h0.new_empty((B, N, C)), hN=torch.empty_like(ins["h0"]) if final else None,
+                    cN=torch.empty_like(ins["c0"]) if final else None)
         # Each step's input state and activated gates, for the backward.
         shapes = dict(hs=(B, N, P, C), cs=(B, N, P, C), gs=(B, N, P, 4 * C))
         steps = {name: _buffer(shape) if keep else None for name, shape in shapes.items()}
         status = native_call("tm_forward", B=B, N=N, D=D, H=H, W=W, C=C, factorised=int(factorised),
                               nthreads=torch.get_num_threads(), **ins, **outs, **steps)
-        if status:
+        if status == 1:
             raise MemoryError("the native Tensor Memory forward could not allocate its buffers")
+        if status:
+            raise ValueError(f"the native Tensor Memory forward refused its arguments (status {status})")
         if keep:
             ctx.saved_names = [*WEIGHTS, "taps", "biases", "mix_w", *steps]
             tensors = {**ins, **steps}
@@ -271,7 +277,7 @@ class NativeScan(torch.autograd.Function):
         d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = gsum.split(sizes)
         return (grads["d_cz"], grads["d_uy"], grads["d_ux"], d_bvol.view(H, W, C), grads["d_wz"], grads["d_wy"],
                 grads["d_wx"], grads["d_h0"], grads["d_c0"], d_taps.view(3, 3, C), d_biases.view(3, C),
-                d_mix_w.view(2 * C, 4 * C), d_mix_b, None, None)
+                d_mix_w.view(2 * C, 4 * C), d_mix_b, None, None, None)
 
 
 def _step_functions(kernel: str):
@@ -374,7 +380,8 @@ class TensorMemoryScan(torch.autograd.Function):
 def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Tensor, wz: torch.Tensor,
          wy: torch.Tensor, wx: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, taps: torch.Tensor,
          biases: torch.Tensor, mix_w: torch.Tensor, mix_b: torch.Tensor, factorised: bool,
-         kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+         kernel: str = "auto", output_final_state: bool = True
+         ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The Tensor Memory recurrence over N steps: each step reads the state at its read
     point, then writes its volume through the gated update.
 
@@ -417,12 +424,17 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
             "eager", or "auto" (native where its variant is in AUTO_NATIVE_VARIANTS, else
             compiled, else eager).
             Default: "auto".
+        output_final_state (bool):
+            whether to return the final state; without it, the native scan skips the last
+            step's write, which nothing else sees.
+            Default: True.
 
     Returns:
         reads (torch.Tensor):
             each step's read of the state before its own write, of shape `[B, N, C]`.
-        hN, cN (torch.Tensor):
-            the final hidden and cell states, of shape `[B, D, H, W, C]`.
+        hN, cN (torch.Tensor | None):
+            the final hidden and cell states, of shape `[B, D, H, W, C]`; None without
+            output_final_state.
     """
     args = (cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)
     kernel = resolve_kernel(kernel, *args)
@@ -432,10 +444,12 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
     # stays True under torch.no_grad.
     keep = torch.is_grad_enabled() and any(t.requires_grad for t in args)
     if kernel == "native":
-        return NativeScan.apply(*args, factorised, keep)
-    cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
-    w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
-    reads, hN, cN = TensorMemoryScan.apply(
-        cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol, w3.transpose(0, 1).contiguous(),
-        h0, c0, taps, biases, mix_w, mix_b, factorised, kernel, keep)
-    return reads.transpose(0, 1), hN, cN
+        reads, hN, cN = NativeScan.apply(*args, factorised, keep, output_final_state)
+    else:
+        cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
+        w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
+        reads, hN, cN = TensorMemoryScan.apply(
+            cyz.transpose(0, 1).contiguous(), ux.transpose(0, 1).contiguous(), bvol, w3.transpose(0, 1).contiguous(),
+            h0, c0, taps, biases, mix_w, mix_b, factorised, kernel, keep)
+        reads = reads.transpose(0, 1)
+    return (reads, hN, cN) if output_final_state else (reads, None, None)
