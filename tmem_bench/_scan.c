@@ -209,17 +209,12 @@ INLINE void tile(const int nr, const int nv, int red, const float *A, int sar, i
             tile(1, nv, red, A + i * sar, sar, sak, Bm + j, ldb, O + i * ldo + j, ldo, bj, accumulate);        \
     } while (0)
 
-/* The rows left to TR_B tiles: the fewest that leave a multiple of TR_A. */
-INLINE int tail_rows(int rows) {
-    int tail_b = 0;
-    while (tail_b + TR_B <= rows && (rows - tail_b) % TR_A) tail_b += TR_B;
-    return (rows - tail_b) % TR_A ? rows : tail_b;
-}
-
 /* O (rows, cols) (+)= [bias +] A @ Bm with A's element (i, k) at A[i*sar + k*sak]. */
 INLINE void gemm(int rows, int red, int cols, const float *A, int sar, int sak, const float *Bm, int ldb, float *O,
                  int ldo, const float *bias, int accumulate) {
-    const int tail_b = tail_rows(rows);
+    int tail_b = 0;  /* rows left to TR_B tiles: the fewest that leave a multiple of TR_A */
+    while (tail_b + TR_B <= rows && (rows - tail_b) % TR_A) tail_b += TR_B;
+    if ((rows - tail_b) % TR_A) tail_b = rows;
     int j = 0;
     for (; j + NV * VW <= cols; j += NV * VW) {
         const float *bj = bias ? bias + j : NULL;
@@ -381,18 +376,14 @@ INLINE void forward_sequence(const int C, const Shape *s, int N, size_t bi, cons
         if (n == N - 1 && !hN) break;
         outer_cyz(C, s, in->cz + bn * D * C, in->uy + bn * H * C, cyz);
         operator_input(C, s, h, cyz, in->ux + bn * W * C, in->bvol, in->taps, in->biases, a, b, hc, x);
+        gemm(P, 2 * C, 4 * C, x, 2 * C, 1, in->mix_w, 4 * C, z, 4 * C, in->mix_b, 0);
         float *gates = gs ? gs + bn * 4 * PC : spare;
-        const int tail = tail_rows(P);
-        for (int i = 0, nr; i < P; i += nr) {
-            nr = i + TR_A <= P - tail ? TR_A : i + TR_B <= P ? TR_B : 1;
-            gemm(nr, 2 * C, 4 * C, x + i * 2 * C, 2 * C, 1, in->mix_w, 4 * C, z + i * 4 * C, 4 * C, in->mix_b, 0);
-            for (int p = i; p < i + nr; p++) {
-                const float *zp = z + p * 4 * C, *cp = c + p * C;
-                float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
-                int k = 0;
-                for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
-                if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
-            }
+        for (int p = 0; p < P; p++) {
+            const float *zp = z + p * 4 * C, *cp = c + p * C;
+            float *gp = gates + p * 4 * C, *hp = h_out + p * C, *cq = c_out + p * C;
+            int k = 0;
+            for (; k + VW <= C; k += VW) gates_forward(C, k, VW, zp, cp, gp, hp, cq);
+            if (k < C) gates_forward(C, k, C - k, zp, cp, gp, hp, cq);
         }
         h = h_out, c = c_out;
     }
