@@ -41,49 +41,32 @@ model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
 levels = {{ n_writes = [3, 4], noise = [0.0] }}
 """
 
-FLAKY = '''
+# A model plugin that, in training, fails while TMEM_TEST_FAIL is set and waits while the file
+# TMEM_TEST_HOLD names exists.
+PLUGIN = '''
 import os
+import time
 
 import torch
 import torch.nn as nn
 
 
-class Flaky(nn.Module):
+class Plugin(nn.Module):
     def __init__(self, d_model):
         super().__init__()
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, x, blocked=None):
-        if self.training and torch.is_grad_enabled() and os.environ.get("TMEM_TEST_FAIL"):
-            raise RuntimeError("the plugin broke in training")
+        if self.training and torch.is_grad_enabled():
+            if os.environ.get("TMEM_TEST_FAIL"):
+                raise RuntimeError("the plugin broke in training")
+            while os.path.exists(os.environ.get("TMEM_TEST_HOLD", "")):
+                time.sleep(0.05)
         return self.proj(x)
 
 
-def flaky(d_model, n_layers, n_heads, **options):
-    return Flaky(d_model)
-'''
-
-
-HELD = '''
-import os
-import time
-
-import torch.nn as nn
-
-
-class Held(nn.Module):
-    def __init__(self, d_model):
-        super().__init__()
-        self.proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x, blocked=None):
-        while self.training and os.path.exists(os.environ.get("TMEM_TEST_HOLD", "")):
-            time.sleep(0.05)
-        return self.proj(x)
-
-
-def held(d_model, n_layers, n_heads, **options):
-    return Held(d_model)
+def model(d_model, n_layers, n_heads, **options):
+    return Plugin(d_model)
 '''
 
 
@@ -179,9 +162,9 @@ def test_ray_tasks_give_the_serial_numbers(sweep, local_ray, tmp_path):
 def test_a_driver_killed_midway_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     # The kill point is fixed, not raced: the held model's cells wait while the file TMEM_TEST_HOLD names
     # exists, so the driver dies with exactly base's two cells finished whatever the machine's load.
-    (tmp_path / "held_plugin.py").write_text(HELD)
+    (tmp_path / "held_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    profile = sweep_profile(tmp_path, '["base", { name = "held_plugin:held", label = "held" }]')
+    profile = sweep_profile(tmp_path, '["base", { name = "held_plugin:model", label = "held" }]')
     cells = make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}))
     assert [c.label for c in cells] == ["base", "base", "held", "held"]  # base's cells reach the two workers first
     run_plan(cells, tmp_path / "serial", device="cpu", console=quiet(), executor=ExecutorOptions(cpus_per_cell=1))
@@ -219,10 +202,10 @@ def test_a_driver_killed_midway_resumes_to_the_same_numbers(tmp_path, monkeypatc
 
 
 def test_a_failing_cell_is_retried_recorded_and_reported_while_the_others_finish(tmp_path, monkeypatch, capsys):
-    (tmp_path / "flaky_plugin.py").write_text(FLAKY)
+    (tmp_path / "flaky_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    profile = sweep_profile(tmp_path, '["base", { name = "flaky_plugin:flaky", label = "flaky" }]')
+    profile = sweep_profile(tmp_path, '["base", { name = "flaky_plugin:model", label = "flaky" }]')
     args = ["run", "coordinate_binding", "--profile", profile, "--level", "n_writes=3", "--seeds", "1",
             "--device", "cpu", "--out", "run", "--no-report", "--retries", "2"]
     monkeypatch.setenv("TMEM_TEST_FAIL", "1")
