@@ -177,16 +177,17 @@ def test_a_driver_killed_midway_resumes_to_the_same_numbers(tmp_path, monkeypatc
     cells_dir = tmp_path / "run" / "cells"
     hold = tmp_path / "hold"
     hold.touch()
-    driver = subprocess.Popen(command, cwd=tmp_path, env={**env, "TMEM_TEST_HOLD": str(hold)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(command, cwd=tmp_path, env={**env, "TMEM_TEST_HOLD": str(hold)}, stdout=out,
+                                  stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while len(list(cells_dir.glob("*.json"))) < 2 and time.monotonic() < deadline and driver.poll() is None:
             time.sleep(0.05)
-        assert driver.poll() is None, driver.stderr.read()
-        driver.send_signal(signal.SIGKILL)
+        assert driver.poll() is None, log.read_text()
     finally:
-        driver.kill()
+        driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=60)
     assert sorted(read_cell(p)["cell"]["label"] for p in cells_dir.glob("*.json")) == ["base", "base"]
     hold.unlink()  # an orphaned worker would now finish its held cell
