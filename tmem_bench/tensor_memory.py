@@ -243,14 +243,13 @@ class TensorMemory(nn.Module):
 
 
 class Memory(Protocol):
-    """What the memory-augmented transformer needs from a memory."""
+    """What the memory-augmented transformer needs from a memory. A forward that also takes
+    `output_final_state: bool = True` is told when nobody reads the final state, and may
+    then return None for it and skip the work."""
 
     def init_state(self, batch: int): ...
 
     def forward(self, x: torch.Tensor, state) -> tuple[torch.Tensor, object]: ...
-
-    # Optionally `forward(x, state, output_final_state: bool = True)`: told when nobody
-    # reads the final state, the memory may return None instead and skip the work.
 
 
 @dataclass
