@@ -9,6 +9,7 @@ import torch.nn as nn
 
 from tmem_bench import conformance
 from tmem_bench.cli import main
+from tmem_bench.registry import BACKBONES, backbone_names
 
 
 class Toy(nn.Module):
@@ -70,6 +71,29 @@ class BlockedLeak(Toy):
         return y if blocked is None else y + x.flip(1)  # the blocked path reads the future
 
 
+class GatedLeak(Toy):
+    """Leaks through a gate that starts at zero: causal as built, leaking after one optimiser step."""
+
+    def __init__(self, d_model):
+        super().__init__(d_model)
+        self.gate = nn.Parameter(torch.zeros(()))
+
+    def mix(self, x):
+        return super().mix(x) + self.gate * x.mean(dim=1, keepdim=True)
+
+
+class TrainModeLeak(Toy):
+    def mix(self, x):
+        return super().mix(x) + (x.mean(dim=1, keepdim=True) if self.training else 0)
+
+
+class GrowsPast512(Toy):
+    fixed_state = True
+
+    def state_size(self, seq_len: int) -> int:
+        return super().state_size(seq_len) * max(1, seq_len // 512)
+
+
 class Broken(Toy):
     def __init__(self, d_model):
         raise ValueError("cannot build")
@@ -99,6 +123,9 @@ def test_a_good_backbone_passes_every_check():
     (Unseeded, {"deterministic"}),
     (ClaimsFixedButGrows, {"state_size"}),
     (NoStateSize, {"state_size"}),
+    (GatedLeak, {"causal_trained"}),
+    (TrainModeLeak, {"causal_trained"}),
+    (GrowsPast512, {"state_size"}),
 ])
 def test_each_check_fails_the_backbone_broken_its_way(cls, failing):
     results = {r.name: r for r in conformance.run_checks(factory(cls))}
@@ -106,6 +133,46 @@ def test_each_check_fails_the_backbone_broken_its_way(cls, failing):
     assert {"builds", "parameters"}.isdisjoint(name for name, r in results.items() if not r.passed)
     for name in failing:
         assert results[name].detail
+
+
+@pytest.mark.parametrize("cls, failing, needle", [
+    (GatedLeak, "causal_trained", "after 3 AdamW steps, leaking in eval mode"),
+    (TrainModeLeak, "causal_trained", "after 3 AdamW steps, leaking in train mode"),
+    (GrowsPast512, "state_size", "claims fixed_state but its state grows: S=1: 64, S=8: 64"),
+])
+def test_what_the_initial_eval_probe_and_short_lengths_missed_fails_check(cls, failing, needle):
+    results = {r.name: r for r in conformance.run_checks(factory(cls))}
+    assert [name for name, r in results.items() if not r.passed] == [failing]
+    assert needle in results[failing].detail, results[failing].detail
+    assert results["causal"].passed and results["causal_blocked"].passed  # all that check probed before
+
+
+@pytest.mark.parametrize("name", backbone_names())
+def test_every_registered_model_passes_the_probe_after_training_steps(name):
+    result = conformance.check_causal_trained(BACKBONES.get(name), conformance.Spec())
+    assert result.passed, result.detail
+
+
+def test_the_probe_in_train_mode_gives_both_passes_the_same_dropout_draws():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5))
+
+    class Causal(nn.Module):  # position-wise: causal whatever the dropout mask
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x, blocked=None):
+            return self.inner(x)
+
+    backbone = Causal()
+    x = torch.randn(2, 6, 8)
+    assert not torch.equal(backbone.train()(x), backbone(x))  # dropout is on in train mode
+    state = torch.get_rng_state()
+    result = conformance.causality_probe(backbone, 8, 6, train_mode=True)
+    assert result["verdict"] == "causal" and result["mode"] == "train"
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random stream is untouched
+    assert conformance.causality_probe(backbone, 8, 6)["mode"] == "eval" and backbone.training
 
 
 def test_a_backbone_that_does_not_build_fails_every_check_without_raising():
@@ -119,7 +186,7 @@ def test_check_command_passes_a_registered_backbone(capsys):
     out = capsys.readouterr().out
     for result in ("builds", "forward", "gradients", "causal_blocked", "deterministic", "state_size", "parameters"):
         assert result in out
-    assert "FAIL" not in out and "lstm: 8 of 8 checks pass" in out
+    assert "FAIL" not in out and "lstm: 9 of 9 checks pass" in out
 
 
 def test_check_command_fails_a_leaking_plugin(capsys):

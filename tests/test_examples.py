@@ -52,7 +52,7 @@ def test_installed_example_is_listed_checked_and_run(tmp_path):
 
     checked = bench("check", "kv_memory")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "kv_memory: 8 of 8 checks pass" in checked.stdout and "fixed: " in checked.stdout
+    assert "kv_memory: 9 of 9 checks pass" in checked.stdout and "fixed: " in checked.stdout
 
     (tmp_path / "tiny.toml").write_text(TINY)
     run = bench("run", "coordinate_binding", "--models", "kv_memory", "--profile", "tiny.toml", "--steps", "2",

@@ -8,12 +8,15 @@ names the exception.
 
 A backbone claims a fixed state by setting the class attribute
 `fixed_state = True` (the example memory in examples/kv_memory does). Such a
-model's `state_size(seq_len)` must then be the same at every length probed; any
-other model's state size must only be positive and never shrink as the sequence
-grows.
+model's `state_size(seq_len)` must then be the same at every length probed (up
+to 65,536 tokens, and at the longest sequence any level of a built-in profile
+makes); any other model's state size must only be positive and never shrink as
+the sequence grows.
 """
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,7 +25,9 @@ import torch.nn as nn
 
 from .probe import causality_probe
 
-STATE_LENGTHS = (1, 8, 64, 512)
+# 65,536: the longest sequence benchmarks/bench_state_size.py measures a state at.
+STATE_LENGTHS = (1, 8, 64, 512, 4096, 65536)
+TRAIN_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,35 @@ def check_causal_blocked(factory: Callable, spec: Spec) -> CheckResult:
     return _guarded("causal_blocked", lambda: _probe(factory, spec, query_blocked(spec.seq_len)))
 
 
+def check_causal_trained(factory: Callable, spec: Spec) -> CheckResult:
+    """Causal after a few AdamW steps, in eval and in train mode, with and without blocked edges:
+    a leak gated by a weight that starts at zero, or taken only when `self.training`, passes the
+    probe of initial weights in eval mode and shows only here."""
+    def body():
+        model = build(factory, spec).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        target = torch.randn(spec.batch, spec.seq_len, spec.d_model, generator=torch.Generator().manual_seed(7))
+        for step in range(TRAIN_STEPS):
+            torch.manual_seed(step)  # the dropout draws
+            optimizer.zero_grad()
+            (model(inputs(spec, seed=10 + step)) - target).pow(2).mean().backward()
+            optimizer.step()
+        largest = 0.0
+        for train_mode in (False, True):
+            for blocked in (None, query_blocked(spec.seq_len)):
+                result = causality_probe(model, spec.d_model, spec.seq_len, blocked=blocked, train_mode=train_mode)
+                where = f"{result['mode']} mode{'' if blocked is None else ', blocked given'}"
+                if result["verdict"] != "causal":
+                    detail = f"after {TRAIN_STEPS} AdamW steps, {result['verdict']} in {where}"
+                    if result["leaking_positions"]:
+                        detail += f" (leaks at t = {', '.join(map(str, result['leaking_positions']))})"
+                    return False, detail
+                largest = max(largest, result["max_past_change"])
+        return True, (f"causal after {TRAIN_STEPS} AdamW steps in eval and train mode, with and without blocked "
+                      f"(max change before the perturbed position {largest:.2g})")
+    return _guarded("causal_trained", body)
+
+
 def check_deterministic(factory: Callable, spec: Spec) -> CheckResult:
     """The same seed gives the same weights and outputs; different inputs give different outputs."""
     def body():
@@ -157,8 +191,9 @@ def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
         model = build(factory, spec)
         if not callable(getattr(model, "state_size", None)):
             return False, "no state_size(seq_len) -> bytes method"
-        sizes = [model.state_size(n) for n in STATE_LENGTHS]
-        shown = ", ".join(f"S={n}: {s}" for n, s in zip(STATE_LENGTHS, sizes))
+        lengths = state_lengths()
+        sizes = [model.state_size(n) for n in lengths]
+        shown = ", ".join(f"S={n}: {s}" for n, s in zip(lengths, sizes))
         if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
             return False, f"state sizes must be positive integers (bytes): {shown}"
         if sizes != sorted(sizes):
@@ -169,6 +204,28 @@ def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
             return True, f"fixed: {sizes[0]:,} bytes at every length"
         return True, f"{shown} bytes"
     return _guarded("state_size", body)
+
+
+@functools.cache
+def state_lengths() -> tuple[int, ...]:
+    """STATE_LENGTHS and the longest sequence (in tokens) any level of a built-in profile makes."""
+    from .plan import Overrides, load_profile, plan_task, profile_names
+    from .registry import get_task
+
+    longest, seen = 1, set()
+    for name in profile_names():
+        profile = load_profile(name)
+        for task_name in profile["tasks"]:
+            for cell in plan_task(task_name, profile, Overrides()):
+                task = get_task(task_name, **cell.task_options)
+                adapter = task.make_adapter(8)
+                for level in (cell.train_level, *cell.eval_levels):
+                    key = (task_name, json.dumps(cell.task_options, sort_keys=True), json.dumps(level, sort_keys=True))
+                    if key not in seen:
+                        seen.add(key)
+                        one = task.sample(level, 1, torch.Generator().manual_seed(0))
+                        longest = max(longest, adapter(one).shape[1])
+    return tuple(sorted({*STATE_LENGTHS, longest}))
 
 
 def check_parameters(factory: Callable, spec: Spec) -> CheckResult:
@@ -182,7 +239,7 @@ def check_parameters(factory: Callable, spec: Spec) -> CheckResult:
 
 
 CHECKS = (
-    check_builds, check_forward, check_gradients, check_causal, check_causal_blocked,
+    check_builds, check_forward, check_gradients, check_causal, check_causal_blocked, check_causal_trained,
     check_deterministic, check_state_size, check_parameters,
 )
 

@@ -37,6 +37,7 @@ def causality_probe(
     device: str | torch.device = "cpu",
     rtol: float = 1e-5,
     max_positions: int = 32,
+    train_mode: bool = False,
 ) -> dict:
     """Verdict "causal", "leaking" (an output before the perturbed position changed),
     "insensitive" (no output changed at all, so the probe proved nothing) or
@@ -44,10 +45,12 @@ def causality_probe(
 
     Changes are measured relative to 1 + the largest output magnitude, so `rtol`
     tolerates float reordering but not a real dependence. The backbone runs in eval
-    mode (no dropout) and is returned to its previous mode.
+    mode (no dropout), or with `train_mode` in train mode, where a leak may hide behind
+    `self.training`; both passes of a trial then draw the same dropout masks, so that
+    different masks are not taken for a dependence. It is returned to its previous mode.
     """
     was_training = backbone.training
-    backbone.eval()
+    backbone.train(train_mode)
     generator = torch.Generator().manual_seed(seed)
     max_past = max_future = 0.0
     leaks: set[int] = set()
@@ -56,11 +59,10 @@ def causality_probe(
     t = torch.tensor(positions)
     after = torch.arange(seq_len)[None, :] >= t[:, None]  # (P, S): row r perturbs positions >= t_r
     try:
-        for _ in range(trials):
+        for trial in range(trials):
             x = torch.randn(len(positions), seq_len, d_model, generator=generator)
             x2 = torch.where(after[..., None], torch.randn(x.shape, generator=generator), x)
-            y = backbone(x.to(device), blocked=blocked).float().cpu()
-            y2 = backbone(x2.to(device), blocked=blocked).float().cpu()
+            y, y2 = (_forward(backbone, inputs.to(device), blocked, seed + trial, device) for inputs in (x, x2))
             finite &= bool(torch.isfinite(y).all() and torch.isfinite(y2).all())
             scale = 1.0 + y.abs().max().item()
             change = (y - y2).abs().amax(dim=-1) / scale  # (P, S)
@@ -86,4 +88,17 @@ def causality_probe(
         "leaking_positions": sorted(leaks),
         "seq_len": seq_len,
         "trials": trials,
+        "mode": "train" if train_mode else "eval",
     }
+
+
+def _forward(backbone: nn.Module, x: torch.Tensor, blocked, seed: int, device) -> torch.Tensor:
+    """One pass with the global generators at `seed`, restored afterwards: the caller's own random
+    stream is left as it was, and two passes with one seed draw the same dropout masks."""
+    device = torch.device(device)
+    cuda = None if device.type != "cuda" else device.index if device.index is not None else torch.cuda.current_device()
+    with torch.random.fork_rng(devices=[] if cuda is None else [cuda]):
+        torch.default_generator.manual_seed(seed)
+        if cuda is not None:
+            torch.cuda.default_generators[cuda].manual_seed(seed)
+        return backbone(x, blocked=blocked).float().cpu()
