@@ -41,8 +41,8 @@ model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
 levels = {{ n_writes = [3, 4], noise = [0.0] }}
 """
 
-# A model plugin that, in training, fails while TMEM_TEST_FAIL is set and waits while the file
-# TMEM_TEST_HOLD names exists.
+# A model plugin that, in training, fails while TMEM_TEST_FAIL is set, kills its own process while
+# TMEM_TEST_EXIT is set, and waits while the file TMEM_TEST_HOLD names exists.
 PLUGIN = '''
 import os
 import time
@@ -60,6 +60,8 @@ class Plugin(nn.Module):
         if self.training and torch.is_grad_enabled():
             if os.environ.get("TMEM_TEST_FAIL"):
                 raise RuntimeError("the plugin broke in training")
+            if os.environ.get("TMEM_TEST_EXIT"):
+                os._exit(3)
             while os.path.exists(os.environ.get("TMEM_TEST_HOLD", "")):
                 time.sleep(0.05)
         return self.proj(x)
@@ -232,6 +234,30 @@ def test_a_failing_cell_is_retried_recorded_and_reported_while_the_others_finish
     assert "resuming: 1 of 2 cells already finished" in capsys.readouterr().err
     assert not failed_path(run_dir, flaky.id).exists() and len(load_cells(run_dir)[0]) == 2
     assert load_run(run_dir).problems == []
+
+
+def test_a_dead_worker_fails_only_its_cell_and_the_pool_is_rebuilt_for_the_others(tmp_path, monkeypatch, capsys):
+    (tmp_path / "killer_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the spawned workers import the plugin too
+    monkeypatch.setenv("TMEM_TEST_EXIT", "1")
+    # The killer first, so that base's cells are in the pool (running or queued) when its worker dies.
+    profile = sweep_profile(tmp_path, '[{ name = "killer_plugin:model", label = "killer" }, "base"]')
+    args = ["run", "coordinate_binding", "--profile", profile, "--level", "n_writes=3", "--device", "cpu",
+            "--out", "run", "--no-report", "--executor", "local", "--workers", "2", "--cpus-per-cell", "1",
+            "--steps", "30"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    run_dir = tmp_path / "run"
+    assert sorted(r["cell"]["label"] for r in load_cells(run_dir)[0]) == ["base", "base"]
+    records = [json.loads(p.read_text()) for p in (run_dir / "failed").glob("*.json")]
+    assert sorted(r["cell"]["seed"] for r in records) == [0, 1]
+    for record in records:
+        assert record["cell"]["label"] == "killer" and record["attempts"] == 2
+        assert record["error"] == "its worker process died (exit code 3) while running this cell"
+    assert "BrokenProcessPool" not in err and "FAILED coordinate_binding base" not in err, err
+    assert "2 of 4 cells failed" in err
 
 
 def test_the_slurm_settings_reach_sbatch(tmp_path, monkeypatch):

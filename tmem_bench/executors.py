@@ -10,6 +10,7 @@ and progress are the driver's (runner.py), so every executor behaves the same.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import importlib.util
 import json
 import multiprocessing
@@ -21,6 +22,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +30,7 @@ from typing import Callable, Iterator
 
 from .errors import UsageError, check_float, check_int
 from .results import write_json
+from .rundir import LOCK_NAME
 
 EXECUTORS = ("serial", "local", "ray", "slurm")
 EXTRAS = {"ray": "ray", "slurm": "submitit"}  # executor -> the package its extra installs
@@ -172,7 +175,12 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _init_worker(driver_pid: int, gpus) -> None:
+_started = None  # in a worker of a local pool: where it says which cell it starts
+
+
+def _init_worker(driver_pid: int, gpus, started) -> None:
+    global _started
+    _started = started
     if sys.platform.startswith("linux"):
         # A worker dies with its driver: a killed driver leaves no orphan writing into the run directory.
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -181,6 +189,22 @@ def _init_worker(driver_pid: int, gpus) -> None:
     if gpus is not None:
         # Before anything initialises CUDA in this process, so that it sees its one device as cuda:0.
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
+
+
+def _announced(fn, job: dict):
+    """`fn(job)` in a pool worker that first tells the driver its process id and the cell: when a
+    worker dies, its pool fails every cell in it, and this names the one that was running there."""
+    _started.put((os.getpid(), job["cell_id"]))
+    return fn(job)
+
+
+def _death(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 class LocalPool(Executor):
@@ -198,35 +222,63 @@ class LocalPool(Executor):
         return f"on a local pool of {self.workers} worker(s), {self.threads} thread(s) each{pinned}"
 
     def map(self, fn, jobs):
+        pending = list(jobs)
+        while pending:
+            pending = yield from self._until_broken(fn, pending)
+
+    def _until_broken(self, fn, jobs: list[dict]) -> Iterator[Step]:
+        """Run `jobs` on a fresh pool. A worker that dies breaks the pool for every cell in it: the
+        cell that worker ran fails, and the others are returned, to go on in the next pool."""
         context = multiprocessing.get_context("spawn")
-        queue = None
+        gpus = None
         if self.gpus:
-            queue = context.SimpleQueue()
+            gpus = context.SimpleQueue()
             for i in range(self.workers):
-                queue.put(i % self.gpus)
-        # A fresh pool per round: a worker that died breaks its pool for every later submission.
+                gpus.put(i % self.gpus)
+        started = context.SimpleQueue()
         pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_worker,
-                                   initargs=(os.getpid(), queue))
-        futures = {}
+                                   initargs=(os.getpid(), gpus, started))
+        futures, processes, broken = {}, {}, []
         try:
-            futures = {pool.submit(fn, job): job for job in jobs}
+            futures = {pool.submit(_announced, fn, job): job for job in jobs}
             while futures:
                 done, _ = wait(futures, timeout=TICK_S, return_when=FIRST_COMPLETED)
+                processes.update(getattr(pool, "_processes", None) or {})
                 if not done:
                     yield None
                 for future in done:
                     job = futures.pop(future)
                     try:
-                        yield job, future.result()
-                    except Exception as e:  # noqa: BLE001 - a worker died (BrokenProcessPool) or pickling failed
-                        yield job, failure(job, e)
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        broken.append(job)
+                        continue
+                    except Exception as e:  # noqa: BLE001 - the job or its result could not be pickled
+                        outcome = failure(job, e)
+                    yield job, outcome
         finally:
             # The driver stopped early (interrupted, or raised): cells still running are abandoned
             # rather than waited for, and a rerun resumes them.
             if futures:
                 for process in dict(getattr(pool, "_processes", None) or {}).values():
                     process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            # A broken pool is waited for: then every worker's exit code is known.
+            pool.shutdown(wait=not futures, cancel_futures=True)
+        if not broken:
+            return []
+        last = {}
+        while not started.empty():
+            pid, cell_id = started.get()
+            last[pid] = cell_id
+        # The pool ends the survivors with SIGTERM once one worker died; any other end is the death.
+        dead = {last[pid]: p.exitcode for pid, p in processes.items()
+                if pid in last and p.exitcode not in (None, -signal.SIGTERM)}
+        # A death no worker's cell explains fails every cell it broke, rather than rebuilding forever.
+        blamed = [job for job in broken if job["cell_id"] in dead] or broken
+        for job in blamed:
+            how = _death(dead[job["cell_id"]]) if job["cell_id"] in dead else "a worker of the pool died"
+            yield job, failure(job, f"its worker process died ({how}) while running this cell")
+        return [job for job in broken if job not in blamed]
 
 
 class RayTasks(Executor):
@@ -394,11 +446,48 @@ def read_jobs_record(run_dir: Path) -> dict:
         raise UsageError(f"{str(run_dir)!r} has no {JOBS_FILE}: no executor has run cells there yet")
     try:
         record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UsageError(f"{path} is unreadable: {e}") from None
-    if not isinstance(record, dict) or "executor" not in record:
-        raise UsageError(f"{path} is not a jobs record")
+    problem = _record_problem(record)
+    if problem:
+        raise UsageError(f"{path} is not a jobs record tmem-bench wrote: {problem}")
     return record
+
+
+def _record_problem(record) -> str | None:
+    if not isinstance(record, dict):
+        return f"a JSON object is expected, not {type(record).__name__}"
+    if record.get("executor") not in EXECUTORS:
+        return f"executor {record.get('executor')!r} is not one of {', '.join(EXECUTORS)}"
+    driver = record.get("driver")
+    if not (isinstance(driver, dict) and isinstance(driver.get("pid"), int) and isinstance(driver.get("host"), str)):
+        return "it names no driver (a 'driver' object with its pid and host)"
+    if record["executor"] != "slurm":
+        return None
+    if record.get("cluster") not in CLUSTERS:
+        return f"cluster {record.get('cluster')!r} is not one of {', '.join(CLUSTERS)}"
+    if not isinstance(record.get("folder"), str):
+        return "it names no folder of job files ('folder')"
+    jobs = record.get("jobs")
+    if not (isinstance(jobs, list) and all(isinstance(j, dict) and isinstance(j.get("cell"), str)
+                                           and isinstance(j.get("job"), str) for j in jobs)):
+        return "'jobs' must be a list of objects with a 'cell' and a 'job' id"
+    return None
+
+
+def driver_running(run_dir: Path) -> bool:
+    """Whether a driver holds the run directory's lock now (the kernel drops it when the driver dies)."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the shared lock, at once
+    return False
 
 
 def job_states(run_dir: Path, record: dict) -> list[dict]:
