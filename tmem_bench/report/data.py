@@ -16,7 +16,6 @@ from ..rundir import planned_cells
 
 TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
-KNOWN_MODELS = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "tensor", "tensor_local")
 
 
 @dataclass

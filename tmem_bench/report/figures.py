@@ -2,17 +2,19 @@
 backend is changed); each returns the data it drew."""
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import tempfile
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..registry import BUILTIN_COLORS, extra_color, model_colors
 from .data import (
-    KNOWN_MODELS, TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, series_label, slug, task_order,
-    variant_order,
+    TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, slug, task_order, variant_order,
 )
 from .tables import level_sort_key, reliance_frame, summary_frame
 from .views import curve_data, generalisation_view, panels, sweep_axis, train_level_rank, training_view
@@ -21,60 +23,108 @@ _LINESTYLES = ("-", "--", "-.", ":")
 
 
 class Style:
-    """Stable colours per model and line styles per variant across every figure of a report."""
+    """A colour per model: the registry's for a registered model, so that it looks the same in every
+    report; labels that name no registered model (an ablation's own label) take unused colours."""
 
     def __init__(self, table: pd.DataFrame):
-        from matplotlib import colormaps
-
+        registered = model_colors()
         models = model_order(table) if not table.empty else []
-        palette = colormaps["tab10"].colors
-        # The suite's own models keep one colour in every report; others take the colours after them.
-        others = [m for m in models if m not in KNOWN_MODELS]
-        index = {m: i for i, m in enumerate(list(KNOWN_MODELS) + others)}
-        self.colors = {m: palette[index[m] % len(palette)] for m in models}
-        variants = variant_order(table) if not table.empty else []
-        self.styles = {v: _LINESTYLES[i % len(_LINESTYLES)] for i, v in enumerate(variants)}
-        self.series = {}
-        if not table.empty:
-            for s, m, v in table[["series", "model", "variant"]].drop_duplicates().itertuples(index=False):
-                self.series[s] = (self.colors[m], self.styles[v])
+        self.colors = {m: registered[m] for m in models if m in registered}
+        extra = (extra_color(i) for i in itertools.count(len(registered) - len(BUILTIN_COLORS)))
+        for m in models:
+            if m not in self.colors:
+                self.colors[m] = next(c for c in extra if c not in registered.values())
 
-    def of(self, label: str):
-        return self.series.get(label.split(" @ ")[0], ("black", "-"))
+    def of(self, label: str) -> str:
+        return self.colors.get(label.split(" @ ")[0], "black")
 
 
-_LEGEND_W, _MARGIN_L, _MARGIN_B, _TITLE_H = 2.8, 0.8, 0.75, 0.8  # inches
+def _spaced(variant: str) -> str:
+    """A variant's option text with room to break a line after each option."""
+    return variant.replace(",", ", ")
 
 
-def _new_figure(n_panels: int, ncols: int | None = None, panel_size=(4.2, 3.2)):
-    """A grid of panels with room on the right for one shared legend. The layout is fixed
-    (not constrained) because the constrained solver dominated the cost of a report."""
+def _one_variant(variants) -> str:
+    """The figure-title suffix when every panel shows the same variant (the panels then omit it)."""
+    variants = list(dict.fromkeys(variants))
+    return f" [{_spaced(variants[0])}]" if len(variants) == 1 and variants[0] != "standard" else ""
+
+
+_PAD = 0.12  # inches around each block of the layout
+_REFERENCES = ("chance", "ceiling", "trained at", "initial value")
+
+
+def _new_figure(n_panels: int, ncols: int | None = None, panel_size=(3.4, 2.4)):
+    """A grid of panels, each panel_size inches inside its axes; _finish sizes the figure around them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     ncols = ncols or min(n_panels, 3)
     nrows = math.ceil(n_panels / ncols)
-    width = panel_size[0] * ncols + _LEGEND_W
-    height = panel_size[1] * nrows + _TITLE_H
-    fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=_MARGIN_L / width, right=1 - _LEGEND_W / width, bottom=_MARGIN_B / height,
-                        top=1 - _TITLE_H / height, wspace=0.32, hspace=0.6)
+    fig = Figure(figsize=(panel_size[0] * ncols, panel_size[1] * nrows))
+    FigureCanvasAgg(fig)  # measuring text needs a renderer
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1, wspace=0, hspace=0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes[n_panels:]:
-        ax.set_visible(False)
+        fig.delaxes(ax)
     return fig, axes[:n_panels]
 
 
-def _finish(fig, axes, drawn: dict, title: str | None = None, title_pad: float = 0.15):
-    """One legend for every panel, on the right, and the figure's title; returns (figure, data drawn)."""
+def _fit(text, width: float, renderer) -> None:
+    """Re-wrap a text artist, breaking at spaces, until it is at most `width` pixels wide."""
+    lines = text.get_text().split("\n")
+    for chars in range(max(map(len, lines)), 8, -2):
+        if text.get_window_extent(renderer).width <= width:
+            return
+        text.set_text("\n".join(textwrap.fill(line, chars, break_long_words=False) for line in lines))
+
+
+def _finish(fig, axes, drawn: dict, title: str | None = None):
+    """One legend for every panel and the figure's title, then a layout measured from the drawn text:
+    each column and row of panels is spaced by what its labels and titles need, the legend's width
+    and the title's height are added, so that nothing is cut or overlaps. Returns (figure, data drawn)."""
+    renderer = fig.canvas.get_renderer()
+    dpi = fig.dpi
     seen = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    if seen:
-        right, top = fig.subplotpars.right, fig.subplotpars.top
-        fig.legend(list(seen.values()), list(seen), loc="upper left", bbox_to_anchor=(right + 0.01, top),
-                   fontsize=8, frameon=False)
-    fig.suptitle(title or drawn["title"], fontsize=11, y=1 - title_pad / fig.get_figheight())
+    seen = dict(sorted(seen.items(), key=lambda kv: kv[0] in _REFERENCES))  # the models first
+    legend = fig.legend(list(seen.values()), list(seen), loc="upper left", fontsize=8, frameon=False,
+                        borderaxespad=0) if seen else None
+    w, h = axes[0].bbox.width / dpi, axes[0].bbox.height / dpi
+    for ax in axes:
+        _fit(ax.title, ax.bbox.width, renderer)
+    cells = [(ax.get_subplotspec().rowspan.start, ax.get_subplotspec().colspan.start) for ax in axes]
+    nrows, ncols = max(r for r, _ in cells) + 1, max(c for _, c in cells) + 1
+    left, right, top, bottom = [0.0] * ncols, [0.0] * ncols, [0.0] * nrows, [0.0] * nrows
+    for ax, (r, c) in zip(axes, cells):
+        tight, box = ax.get_tightbbox(renderer), ax.bbox
+        left[c] = max(left[c], (box.x0 - tight.x0) / dpi)
+        right[c] = max(right[c], (tight.x1 - box.x1) / dpi)
+        top[r] = max(top[r], (tight.y1 - box.y1) / dpi)
+        bottom[r] = max(bottom[r], (box.y0 - tight.y0) / dpi)
+    xs, x = [], _PAD
+    for c in range(ncols):
+        xs.append(x + left[c])
+        x = xs[-1] + w + right[c] + _PAD
+    legend_w = legend.get_window_extent(renderer).width / dpi if legend else 0.0
+    width = x + legend_w + (_PAD if legend else 0.0)
+    suptitle = fig.suptitle(title or drawn["title"], fontsize=11, va="top")
+    _fit(suptitle, (width - 2 * _PAD) * dpi, renderer)
+    title_h = suptitle.get_window_extent(renderer).height / dpi
+    ys, y = [], _PAD + title_h + _PAD
+    for r in range(nrows):
+        ys.append(y + top[r])
+        y = ys[-1] + h + bottom[r] + _PAD
+    legend_h = legend.get_window_extent(renderer).height / dpi if legend else 0.0
+    height = max(y, ys[0] + legend_h + _PAD)
+    fig.set_size_inches(width, height)
+    for ax, (r, c) in zip(axes, cells):
+        ax.set_position([xs[c] / width, 1 - (ys[r] + h) / height, w / width, h / height])
+    if legend:
+        legend.set_bbox_to_anchor((x / width, 1 - ys[0] / height), transform=fig.transFigure)
+    suptitle.set_y(1 - _PAD / height)
     return fig, drawn
 
 
@@ -93,9 +143,16 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
     drawn = {"title": title, "x_axis": x_axis, "trained_x": trained_x, "panels": []}
     for ax, panel in zip(axes, figure_panels):
         curves = panel["curves"]
+        # Series of one model trained at several levels ("base @ level") differ by line style.
+        trained_at = list(dict.fromkeys(label.partition(" @ ")[2] for label in curves["series"]))
+        levels = curves["chance"]["x"] if curves["chance"] else []
         for label, s in curves["series"].items():
-            color, ls = style.of(label)
-            ax.plot(s["x"], s["mean"], marker="o", ms=4, color=color, ls=ls, label=label)
+            color = style.of(label)
+            ls = _LINESTYLES[trained_at.index(label.partition(" @ ")[2]) % len(_LINESTYLES)]
+            # NaN where a level of the panel was not evaluated: the line breaks there instead of crossing it.
+            mean = dict(zip(s["x"], s["mean"]))
+            xs = [x for x in levels if s["x"][0] <= x <= s["x"][-1]]
+            ax.plot(xs, [mean.get(x, math.nan) for x in xs], marker="o", ms=4, color=color, ls=ls, label=label)
             if any(h > lo for lo, h in zip(s["low"], s["high"])):
                 ax.fill_between(s["x"], s["low"], s["high"], color=color, alpha=0.18, lw=0)
         if curves["chance"]:
@@ -108,14 +165,15 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
         ax.set_ylabel("accuracy")
         ax.set_title(panel["title"], fontsize=10)
         ax.grid(alpha=0.3)
-        drawn["panels"].append({"title": panel["title"], **curves})
+        drawn["panels"].append({**panel, **curves})
+        del drawn["panels"][-1]["curves"]
     seeds = sorted({n for p in figure_panels for s in p["curves"]["series"].values() for n in s["n_seeds"]})
     if seeds == [1]:
         title += "\n1 seed per point: no interval band"
     elif seeds:
         count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
         title += f"\nmean of {count} seeds per point, 95% bootstrap band"
-    return _finish(fig, axes, drawn, title, title_pad=0.1)
+    return _finish(fig, axes, drawn, title)
 
 
 def gate_figure(data: RunData, task: str):
@@ -125,11 +183,13 @@ def gate_figure(data: RunData, task: str):
     groups = sorted(gates.groupby(["variant", "model", "train_level"]), key=lambda kv: (
         variant_order(gates).index(kv[0][0]), model_order(gates).index(kv[0][1]), rank[kv[0][2]]))
     fig, axes = _new_figure(len(groups))
-    drawn = {"title": f"{task}: gate values", "panels": []}
+    suffix = _one_variant(gates["variant"])
+    drawn = {"title": f"{task}{suffix}: gate values", "panels": []}
     for ax, ((variant, model, train_level), g) in zip(axes, groups):
         layers = sorted(g["layer"].unique(), key=natural_key)
         where = "" if train_level == "-" else f" @ {train_level}"
-        panel = {"title": series_label(model, variant) + where, "lines": {}, "initial": {}}
+        title = model + where + ("" if suffix or variant == "standard" else f"\n{_spaced(variant)}")
+        panel = {"title": title, "variant": variant, "lines": {}, "initial": {}}
         for i, layer in enumerate(layers):
             color = _LAYER_COLORS[i % len(_LAYER_COLORS)]
             for j, (seed, lg) in enumerate(sorted(g[g["layer"] == layer].groupby("seed"))):
@@ -161,21 +221,20 @@ def training_figure(data: RunData, task: str, style: Style):
     groups = sorted(hist.groupby(["variant", "train_level"]),
                     key=lambda kv: (variant_order(hist).index(kv[0][0]), rank[kv[0][1]]))
     ncols = 2 * min(len(groups), 3)
-    fig, axes = _new_figure(2 * len(groups), ncols=ncols, panel_size=(3.4, 2.6))
-    drawn = {"title": f"{task}: training curves", "panels": []}
+    fig, axes = _new_figure(2 * len(groups), ncols=ncols, panel_size=(2.6, 1.9))
+    suffix = _one_variant(hist["variant"])
+    drawn = {"title": f"{task}{suffix}: training curves", "panels": []}
     for k, ((variant, train_level), g) in enumerate(groups):
         for m, metric in enumerate(("loss", "train_acc")):
             ax = axes[2 * k + m]
-            prefix = "" if variant == "standard" else f"[{variant}] "
-            panel = {"title": f"{prefix}trained at {train_level}", "metric": metric, "lines": {}}
+            prefix = "" if suffix or variant == "standard" else f"{_spaced(variant)}\n"
+            panel = {"title": f"{prefix}trained at {train_level}", "variant": variant, "metric": metric, "lines": {}}
             for model in model_order(g):
                 for j, (seed, sg) in enumerate(sorted(g[g["model"] == model].groupby("seed"))):
                     sg = sg.sort_values("step")
-                    label = series_label(model, variant)
-                    color, ls = style.of(label)
-                    ax.plot(sg["step"], sg[metric], color=color, ls=ls, lw=1.2, alpha=1.0 if j == 0 else 0.5,
-                            marker="." if len(sg) < 3 else None, label=label)
-                    panel["lines"][f"{label} seed {seed}"] = {"step": sg["step"].tolist(), metric: sg[metric].tolist()}
+                    ax.plot(sg["step"], sg[metric], color=style.of(model), lw=1.2, alpha=1.0 if j == 0 else 0.5,
+                            marker="." if len(sg) < 3 else None, label=model)
+                    panel["lines"][f"{model} seed {seed}"] = {"step": sg["step"].tolist(), metric: sg[metric].tolist()}
             if metric == "train_acc":
                 ax.set_ylim(-0.02, 1.04)
             ax.set_xlabel("step")
@@ -187,28 +246,35 @@ def training_figure(data: RunData, task: str, style: Style):
 
 
 def reliance_figure(reliance: pd.DataFrame, style: Style):
-    """Accuracy drop when the memory path is switched off, per task (panel), level and gated model."""
-    tasks = ordered(reliance["task"], TASK_ORDER)
-    fig, axes = _new_figure(len(tasks), panel_size=(4.6, 3.0))
+    """Accuracy drop when the memory path is switched off, per task and variant (panel), level and gated model."""
+    groups = [(t, v) for t in ordered(reliance["task"], TASK_ORDER)
+              for v in variant_order(reliance[reliance["task"] == t])]
+    fig, axes = _new_figure(len(groups), panel_size=(3.6, 2.2))
     drawn = {"title": "memory reliance: accuracy - accuracy with memory off", "panels": []}
-    for ax, task in zip(axes, tasks):
-        r = reliance[reliance["task"] == task]
+    for ax, (task, variant) in zip(axes, groups):
+        r = reliance[(reliance["task"] == task) & (reliance["variant"] == variant)]
         levels = sorted(dict.fromkeys(r["level"]), key=level_sort_key)
-        # The summary selection leaves one training level per series and evaluation level.
-        series = list(dict.fromkeys(zip(r["series"], r["variant"])))
-        width = 0.8 / max(len(series), 1)
-        panel = {"title": task, "levels": levels, "bars": {}}
-        for i, (name, variant) in enumerate(series):
-            s = r[r["series"] == name].set_index("level").reindex(levels)
-            xs = np.arange(len(levels)) + (i - (len(series) - 1) / 2) * width
+        # The summary selection leaves one training level per model and evaluation level.
+        models = model_order(r)
+        width = 0.8 / len(models)
+        title = task if variant == "standard" else f"{task}\n{_spaced(variant)}"
+        panel = {"title": title, "variant": variant, "levels": levels, "bars": {}}
+        for i, model in enumerate(models):
+            s = r[r["model"] == model].set_index("level").reindex(levels)
+            xs = np.arange(len(levels)) + (i - (len(models) - 1) / 2) * width
             err = np.vstack([s["drop"] - s["drop low"], s["drop high"] - s["drop"]])
-            ax.bar(xs, s["drop"], width=width, color=style.of(name)[0], yerr=err, capsize=2, label=name,
-                   hatch=None if variant == "standard" else "//", edgecolor="white")
-            panel["bars"][name] = s["drop"].tolist()
+            color = style.of(model)
+            ax.bar(xs, s["drop"], width=width, color=color, yerr=err, capsize=2, label=model, edgecolor="white")
+            # A drop of zero is a result too: a bar of no height still shows as a line in its colour.
+            ax.hlines(s["drop"], xs - width / 2, xs + width / 2, color=color, lw=2.5, zorder=3)
+            panel["bars"][model] = s["drop"].tolist()
         ax.axhline(0, color="black", lw=0.8)
-        ax.set_xticks(np.arange(len(levels)), levels, rotation=30, ha="right", fontsize=7)
+        if levels == ["-"]:  # a task without levels: nothing to name on the x axis
+            ax.set_xticks([])
+        else:
+            ax.set_xticks(np.arange(len(levels)), levels, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("accuracy drop")
-        ax.set_title(task, fontsize=10)
+        ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
         drawn["panels"].append(panel)
     return _finish(fig, axes, drawn)
@@ -237,27 +303,38 @@ def save_figure(fig, figures_dir: Path, stem: str) -> list[Path]:
 
 def _accuracy_figures(data: RunData, task: str, style: Style):
     """(stem, (figure, data drawn)): the per-level training view, then one generalisation view per
-    training value of the sweep axis."""
+    training value of the sweep axis. A panel per variant and combination of the other axes."""
     x_axis = sweep_axis(data, task)
     if x_axis is None:
         return
-    task_panels = panels(data, task, x_axis)
-    titles = [level_key(p) if p else "" for p in task_panels]  # one-axis tasks: the figure title says it all
-    trained = [{"title": title, "curves": curve_data(training_view(data, task, p), x_axis)}
-               for title, p in zip(titles, task_panels)]
+    t = data.table[data.table["task"] == task]
+    variants = variant_order(t)
+    suffix = _one_variant(variants)
+    grid = [(v, p) for v in variants for p in panels(data, task, x_axis)]
+
+    def titled(variant: str, panel: dict) -> dict:
+        lines = ([_spaced(variant)] if len(variants) > 1 else []) + ([level_key(panel)] if panel else [])
+        return {"title": "\n".join(lines), "variant": variant}
+
+    trained = []
+    for v, p in grid:
+        rows_ = training_view(data, task, p)
+        trained.append({**titled(v, p), "curves": curve_data(rows_[rows_["variant"] == v], x_axis)})
+    trained = [p for p in trained if p["curves"]["series"]]  # a panel without a point is not drawn
     if _has_a_line(trained):
         yield f"accuracy_{slug(task)}_trained", accuracy_figure(
-            trained, x_axis, f"{task}: accuracy vs {x_axis}, each model trained at each level", style)
-    t = data.table[data.table["task"] == task]
+            trained, x_axis, f"{task}{suffix}: accuracy vs {x_axis}, each model trained at each level", style)
     for trained_x in sorted(t[f"train_{x_axis}"].unique()):
         gen = []
-        for title, p in zip(titles, task_panels):
+        for v, p in grid:
             rows_ = generalisation_view(data, task, x_axis, trained_x, p)
+            rows_ = rows_[rows_["variant"] == v]
             by_level = rows_["train_level"].nunique() > 1
-            gen.append({"title": title, "curves": curve_data(rows_, x_axis, label_by_train_level=by_level)})
+            gen.append({**titled(v, p), "curves": curve_data(rows_, x_axis, label_by_train_level=by_level)})
+        gen = [p for p in gen if p["curves"]["series"]]
         if _has_a_line(gen):  # else evaluated only where trained: the training view already shows it
             yield f"accuracy_{slug(task)}_from_{slug(x_axis)}{trained_x}", accuracy_figure(
-                gen, x_axis, f"{task}: trained at {x_axis}={trained_x}, evaluated at every level", style,
+                gen, x_axis, f"{task}{suffix}: trained at {x_axis}={trained_x}, evaluated at every level", style,
                 trained_x=trained_x)
 
 
@@ -265,7 +342,8 @@ def _has_a_line(figure_panels: list[dict]) -> bool:
     return any(len(s["x"]) >= 2 for p in figure_panels for s in p["curves"]["series"].values())
 
 
-def _figures(data: RunData):
+def draw_figures(data: RunData):
+    """(stem, (figure, data drawn)) for every figure of a report, in the report's order."""
     style = Style(data.table)
     for task in task_order(data):
         yield from _accuracy_figures(data, task, style)
@@ -284,7 +362,7 @@ def build_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
     """Write every figure into `figures_dir`; return stem -> the data drawn."""
     figures_dir.mkdir(parents=True, exist_ok=True)
     drawn = {}
-    for stem, (fig, d) in _figures(data):
+    for stem, (fig, d) in draw_figures(data):
         save_figure(fig, figures_dir, stem)
         drawn[stem] = d
     return drawn

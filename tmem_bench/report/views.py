@@ -62,11 +62,13 @@ def generalisation_view(data: RunData, task: str, x_axis: str, trained_x, panel:
 
 
 def curve_data(rows_: pd.DataFrame, x_axis: str, label_by_train_level: bool = False) -> dict:
-    """{"series": {label: {x, mean, low, high, n_seeds}}, "chance": {x, y}, "ceiling": {x, y}}."""
+    """{"series": {label: {x, mean, low, high, n_seeds}}, "chance": {x, y}, "ceiling": {x, y}}; a label
+    names the model, and its variant too where the rows hold several."""
     out = {"series": {}, "chance": {}, "ceiling": {}}
     if rows_.empty:
         return out
-    labels = rows_["series"] + (" @ " + rows_["train_level"] if label_by_train_level else "")
+    names = rows_["model"] if rows_["variant"].nunique() == 1 else rows_["series"]
+    labels = names + (" @ " + rows_["train_level"] if label_by_train_level else "")
     rows_ = rows_.assign(_label=labels)
     order = {s: i for i, s in enumerate(_series_order(rows_))}
     for label, group in sorted(rows_.groupby("_label"), key=lambda kv: (order[kv[1]["series"].iloc[0]], kv[0])):
