@@ -75,6 +75,11 @@ class CoordinateBinding(Task):
         """(B, Q) values of the written keys nearest to the queries."""
         return torch.gather(batch["values"], 1, nearest_key(batch["keys"], batch["queries"]))
 
+    def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        W, Q = batch["keys"].shape[1], batch["queries"].shape[1]
+        writes = torch.arange(W + Q) < W
+        return writes, ~writes
+
     def make_adapter(self, d_model: int) -> Adapter:
         return CoordinateBindingAdapter(d_model, self.n_classes, self.n_queries, self.block_queries)
 

@@ -163,6 +163,12 @@ class MapBuilding(Task):
         target = flat.gather(1, query[..., 0] * GRID + query[..., 1]).long()  # (B, Q)
         return {"patches": patches, "windows": windows, "query": query, "target": target}
 
+    def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        Q = batch["query"].shape[1]
+        S = Q + batch["windows"].shape[1] * (1 if self.encoding == "scalar" else WINDOW * WINDOW)
+        queries = torch.arange(S) >= S - Q
+        return ~queries, queries
+
     def make_adapter(self, d_model: int) -> Adapter:
         return MapBuildingAdapter(d_model, self.block_queries, self.encoding)
 

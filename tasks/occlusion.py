@@ -166,6 +166,12 @@ class Occlusion(Task):
             batch["occlusion_len"] = torch.full((batch_size,), level["occlusion_len"])
         return batch
 
+    def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.hidden_frames(level["occlusion_len"]).repeat_interleave(N_PATCHES)  # (S,)
+        answer = torch.zeros_like(hidden)
+        answer[-N_PATCHES:] = True  # the last frame, whose outputs the head reads
+        return ~hidden & ~answer, answer
+
     def make_adapter(self, d_model: int) -> Adapter:
         return OcclusionAdapter(d_model, self)
 

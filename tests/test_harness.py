@@ -60,7 +60,7 @@ def test_cell_result_records_what_reports_need():
 
 def test_resume_skips_finished_cells_and_reruns_a_killed_one(tmp_path, monkeypatch):
     cells = tiny_cells()
-    real = runner.run_cell
+    real = runner.train_cell
     calls = []
 
     def killed_on_second(cell, *args, **kwargs):
@@ -69,7 +69,7 @@ def test_resume_skips_finished_cells_and_reruns_a_killed_one(tmp_path, monkeypat
             raise KeyboardInterrupt  # the process dies midway through the second cell
         return real(cell, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "run_cell", killed_on_second)
+    monkeypatch.setattr(runner, "train_cell", killed_on_second)
     with pytest.raises(KeyboardInterrupt):
         runner.run_plan(cells, tmp_path, device="cpu")
     assert cell_path(tmp_path, cells[0].id).exists()
@@ -77,7 +77,7 @@ def test_resume_skips_finished_cells_and_reruns_a_killed_one(tmp_path, monkeypat
     assert not list((tmp_path / "cells").glob(".*tmp"))
 
     calls.clear()
-    monkeypatch.setattr(runner, "run_cell", lambda cell, *a, **k: calls.append(cell.id) or real(cell, *a, **k))
+    monkeypatch.setattr(runner, "train_cell", lambda cell, *a, **k: calls.append(cell.id) or real(cell, *a, **k))
     results = runner.run_plan(cells, tmp_path, device="cpu")
     assert calls == [cells[1].id]
     assert {r["cell_id"] for r in results} == {c.id for c in cells}

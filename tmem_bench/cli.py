@@ -6,7 +6,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import UsageError, storage_error
 
 DEVICES = ("auto", "cpu", "cuda")
 MAX_SEEDS = 1000  # seeds per cell from a count; a list may name any seeds
@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
     run.add_argument("--append", action="store_true",
                      help="add this plan's cells to a run directory that holds a different plan")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan and an estimate of its wall time on this machine and executor, from a "
+                          "few measured training steps per shape; nothing is trained or written")
     run.add_argument("--executor", default="serial", metavar="serial|local|ray|slurm",
                      help="where the cells run: serial (in this process, the default), local (a process pool), "
                           "ray (one Ray task per cell), slurm (a job array through submitit)")
@@ -174,7 +177,7 @@ def cmd_run(args) -> int:
 
     from .errors import check_int
     from .executors import ExecutorOptions, sbatch_options, usable
-    from .plan import Overrides, check_sizes, make_plan
+    from .plan import Overrides, check_sizes, plan_run
     from .report import summary_table
     from .results import read_failures
     from .rundir import prepare_run_dir
@@ -194,8 +197,8 @@ def cmd_run(args) -> int:
         steps=args.steps,
         batch_size=args.batch_size,
     )
-    cells = make_plan(args.task, args.profile, overrides)
-    check_sizes(cells, args.device)
+    plan = plan_run(args.task, args.profile, overrides)
+    check_sizes(plan.cells, args.device)
     executor = usable(ExecutorOptions(
         kind=args.executor, workers=args.workers, address=args.address, cpus_per_cell=args.cpus_per_cell,
         gpus_per_cell=args.gpus_per_cell, slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
@@ -203,12 +206,18 @@ def cmd_run(args) -> int:
         slurm_cluster=args.slurm_cluster))
     check_int("--retries", args.retries, minimum=0)
     profile_stem = Path(args.profile).stem
+    if args.dry_run:
+        from .estimate import dry_run
+
+        print(dry_run(plan.cells, plan.searches, Path(args.out or f"runs/{args.task}-{profile_stem}"), executor, args.device,
+                      what=f"{args.task} under profile {args.profile}"), end="")
+        return 0
     run_dir = prepare_run_dir(Path(args.out or f"runs/{args.task}-{profile_stem}"))
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
-    results = run_plan(cells, run_dir, device=args.device, settings=settings, append=args.append,
+    results = run_plan(plan, run_dir, device=args.device, settings=settings, append=args.append,
                        executor=executor, retries=args.retries)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_table(results))
-    planned = {c.id for c in cells}
+    planned = {c.id for c in plan.cells} | {r["cell_id"] for r in results}
     failures = {cid: f for cid, f in read_failures(run_dir).items() if cid in planned}
     for cid, f in failures.items():
         print(f"FAILED {f.get('describe', cid)} after {f.get('attempts', '?')} attempt(s): {f.get('error')} "
@@ -219,33 +228,42 @@ def cmd_run(args) -> int:
 
         print(f"report: {write_report(run_dir).path}")
     if failures:
-        print(f"tmem-bench: {len(failures)} of {len(cells)} cells failed; rerun the same command to try them again",
+        print(f"tmem-bench: {len(failures)} of {plan.n_cells()} cells failed; rerun the same command to try them again",
               file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_jobs(args) -> int:
-    from .executors import cancel_jobs, job_states, read_jobs_record
+    import importlib.util
+
+    from .executors import cancel_jobs, driver_running, job_states, read_jobs_record
     from .results import cell_path, failed_path
 
     run_dir = Path(args.run_dir)
     record = read_jobs_record(run_dir)
-    driver = record.get("driver", {})
+    driver = record["driver"]
     if record["executor"] != "slurm":
-        where = f"process {driver.get('pid')} on {driver.get('host')} (since {driver.get('since')})"
+        where = f"process {driver['pid']} on {driver['host']} (since {driver.get('since')})"
+        if not driver_running(run_dir):
+            print(f"{record['executor']} executor: no driver is running; the last one was {where}"
+                  + ("; nothing to cancel" if args.cancel else ""))
+            return 0
         if args.cancel:
             raise UsageError(f"--cancel: the cells of {str(run_dir)!r} run under their driver, {where}; "
                              "stop that process to cancel them")
         print(f"{record['executor']} executor: the cells run under their driver, {where}")
         return 0
+    if record["cluster"] == "slurm" and importlib.util.find_spec("submitit") is None:
+        raise UsageError(f"the jobs of {str(run_dir)!r} are Slurm jobs, which need submitit to list or cancel; "
+                         'install it with: pip install "tmem-bench[slurm]"')
     rows = job_states(run_dir, record)
     for row in rows:
         cell = ("finished" if cell_path(run_dir, row["cell"]).exists()
                 else "failed" if failed_path(run_dir, row["cell"]).exists() else "not finished")
         print(f"{row['job']:>14}  {row['state']:<12}  cell {row['cell']} {cell}")
-    print(f"{len(rows)} job(s) on {record.get('cluster')}, submitted by process {driver.get('pid')} "
-          f"on {driver.get('host')}; logs in {run_dir / record.get('folder', '')}")
+    print(f"{len(rows)} job(s) on {record['cluster']}, submitted by process {driver['pid']} "
+          f"on {driver['host']}; logs in {run_dir / record['folder']}")
     if args.cancel:
         cancelled = cancel_jobs(run_dir, record, rows)
         print(f"cancelled {len(cancelled)} job(s) still queued or running; rerun the run's command to resume")
@@ -260,8 +278,8 @@ def cmd_report(args) -> int:
     report = write_report(args.run_dir)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_rich(report.data))
     if report.problems:
-        print(f"tmem-bench: warning: {len(report.problems)} problem(s) with cell files (unreadable, incomplete or "
-              f"missing), listed in {report.path}", file=sys.stderr)
+        print(f"tmem-bench: warning: {len(report.problems)} problem(s) with the run's files (manifest.json, cells/ "
+              f"or failed/: unreadable, incomplete or missing), listed in {report.path}", file=sys.stderr)
     print(f"report: {report.path}")
     return 0
 
@@ -426,6 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exception(e)
         print(f"tmem-bench: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        message = storage_error(e)
+        if message is None:
+            raise
+        if args.debug:
+            traceback.print_exception(e)
+        print(f"tmem-bench: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tmem-bench: interrupted; rerun the same command to resume", file=sys.stderr)

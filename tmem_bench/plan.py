@@ -20,7 +20,7 @@ import torch
 from .schema import check as check_schema
 from .errors import UsageError, check_int
 from .registry import BACKBONES, get_task, task_names
-from .task import MAX_TRAIN_SEED, level_key
+from .task import MAX_TRAIN_SEED, SEED_BITS, level_key
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
 MODEL_SIZE_KEYS = ("d_model", "n_layers", "n_heads")
@@ -47,6 +47,34 @@ class Cell:
     def describe(self) -> str:
         variant = "" if self.variant == "standard" else f" [{self.variant}]"
         return f"{self.task}{variant} {self.label} @ {level_key(self.train_level)} seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class LRSearch:
+    """One (task, variant, training level, model) whose learning rate is chosen on validation data:
+    the first seed is trained at every lr of the grid (the trials), the others at the chosen lr."""
+    trials: tuple[Cell, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def grid(self) -> tuple[float, ...]:
+        return tuple(c.train["lr"] for c in self.trials)
+
+    def finals(self, lr: float) -> list[Cell]:
+        """The remaining seeds at `lr`, one of the grid's values."""
+        trial = next(c for c in self.trials if c.train["lr"] == lr)
+        return [replace(trial, seed=seed) for seed in self.seeds]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Cells known before anything is trained (fixed cells, and every search's trials) and the
+    learning-rate searches whose remaining cells depend on the trials' validation accuracy."""
+    cells: list[Cell]
+    searches: list[LRSearch] = field(default_factory=list)
+
+    def n_cells(self) -> int:
+        return len(self.cells) + sum(len(s.seeds) for s in self.searches)
 
 
 @dataclass
@@ -107,13 +135,21 @@ def _variant_name(task_name: str, options: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(changed.items())) or "standard"
 
 
-VARIANT_KEYS = ("levels", "train_at", "train", "models")
+VARIANT_KEYS = ("levels", "train_at", "train", "models", "at")
 
 
 def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]:
+    """The cells of one task known before training (see plan_task_searches)."""
+    return plan_task_searches(task_name, profile, overrides).cells
+
+
+def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> Plan:
     """Cells of one task. A profile section may list `variants`: tables of task
-    options that may also override the section's `levels`, `train_at`, `train` and
-    `models` (`--models` overrides every variant's list)."""
+    options that may also override the section's `levels`, `train_at`, `train`,
+    `models` and `at` (`--models` overrides every variant's list). `at` is a list of
+    tables, each naming values of some axes and training settings (steps, seeds, ...)
+    for the training levels that have those values. A list of learning rates (`lr`)
+    is a grid searched on validation data per model and training level."""
     section = profile.get("tasks", {}).get(task_name)
     if section is None:
         raise UsageError(f"task {task_name!r} is not in this profile; it has: {', '.join(profile.get('tasks', {}))}")
@@ -128,7 +164,7 @@ def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]
                              for models in model_lists for n, label, o in models}.values():
         check_model(name, {**size, **options})
 
-    cells = []
+    cells, searches = [], []
     for variant, models in zip(variants, model_lists):
         task_options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
         try:
@@ -140,17 +176,53 @@ def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]
             "levels": {**section.get("levels", {}), **variant.get("levels", {})},
             "train_at": {**section.get("train_at", {}), **variant.get("train_at", {})},
         }
-        train, seeds = _train_settings(merged["train"], overrides)
         eval_levels, train_levels = _levels(task, merged["levels"], merged["train_at"], overrides)
+        at = _at_entries(task, variant.get("at", section.get("at", [])), train_levels)
         name = _variant_name(task_name, task.options())
-        for (model, label, options), level, seed in itertools.product(models, train_levels, seeds):
-            cells.append(Cell(
-                task=task_name, task_options=task.options(), variant=name,
-                train_level=level, eval_levels=eval_levels,
-                model=model, label=label, model_options={**size, **options},
-                seed=seed, train=dict(train),
-            ))
-    return cells
+        per_level = []
+        for level in train_levels:
+            settings = {**merged["train"]}
+            for entry in at:
+                if all(level[axis] == value for axis, value in entry.items() if axis in task.axes):
+                    settings.update({k: v for k, v in entry.items() if k not in task.axes})
+            per_level.append((level, *_train_settings(settings, overrides)))
+        for (model, label, options), (level, train, seeds) in itertools.product(models, per_level):
+            def cell(lr, seed):
+                return Cell(task=task_name, task_options=task.options(), variant=name,
+                            train_level=level, eval_levels=eval_levels,
+                            model=model, label=label, model_options={**size, **options},
+                            seed=seed, train={**train, "lr": lr})
+            _check_seeds_apart(task, seeds, (level, *eval_levels))
+            grid = train["lr"]
+            if len(grid) == 1:
+                cells.extend(cell(grid[0], seed) for seed in seeds)
+                continue
+            search = LRSearch(trials=tuple(cell(lr, seeds[0]) for lr in grid), seeds=tuple(seeds[1:]))
+            cells.extend(search.trials)
+            searches.append(search)
+    return Plan(cells, searches)
+
+
+def _check_seeds_apart(task, seeds: list[int], levels) -> None:
+    for level in levels:
+        if task.eval_seed(level) % SEED_BITS in seeds:
+            raise UsageError(f"seed {task.eval_seed(level) % SEED_BITS} would draw the evaluation set of "
+                             f"{task.name} at {level_key(level)} as training data; choose another seed")
+
+
+def _at_entries(task, entries: list[dict], train_levels: list[dict]) -> list[dict]:
+    """`at` tables checked: each names only axes of the task and training settings, and matches
+    at least one training level."""
+    for entry in entries:
+        axes = {k: v for k, v in entry.items() if k not in (*TRAIN_KEYS, "seeds")}
+        unknown = [k for k in axes if k not in task.axes]
+        if unknown:
+            raise UsageError(f"at {entry!r}: {unknown[0]!r} is neither an axis of {task.name!r} "
+                             f"({', '.join(task.axes) or 'none'}) nor a training setting ({', '.join(TRAIN_KEYS)}, seeds)")
+        if not any(all(level[a] == v for a, v in axes.items()) for level in train_levels):
+            raise UsageError(f"at {entry!r} matches no training level of {task.name!r}; "
+                             f"trained at: {'; '.join(level_key(lv) for lv in train_levels)}")
+    return entries
 
 
 def _no_repeats(what: str, values) -> None:
@@ -169,6 +241,9 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
         train["batch_size"] = overrides.batch_size
     for key in ("steps", "batch_size", "log_every", "eval_size"):
         train[key] = check_int(key, train[key])
+    grid = train["lr"] if isinstance(train["lr"], list) else [train["lr"]]
+    _no_repeats("lr", grid)
+    train["lr"] = grid
     seeds = overrides.seeds if overrides.seeds is not None else train.get("seeds", [0])
     _no_repeats("seeds", seeds)
     for seed in seeds:
@@ -273,6 +348,11 @@ def check_sizes(cells: list[Cell], device: str = "auto") -> None:
 
 
 def make_plan(task: str, profile_name: str, overrides: Overrides | None = None) -> list[Cell]:
+    """The cells known before training (every cell, for a profile without a learning-rate grid)."""
+    return plan_run(task, profile_name, overrides).cells
+
+
+def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -> Plan:
     overrides = overrides or Overrides()
     profile = load_profile(profile_name)
     known = task_names()
@@ -285,7 +365,8 @@ def make_plan(task: str, profile_name: str, overrides: Overrides | None = None) 
         names = [task]
     else:
         raise UsageError(f"unknown task {task!r}; known: {', '.join(known)}, all")
-    return [cell for name in names for cell in plan_task(name, profile, overrides)]
+    plans = [plan_task_searches(name, profile, overrides) for name in names]
+    return Plan([c for p in plans for c in p.cells], [s for p in plans for s in p.searches])
 
 
 def cell_from_dict(d: dict) -> Cell:

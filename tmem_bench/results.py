@@ -7,24 +7,43 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+import safetensors
+import safetensors.torch
+import torch
 
 from .schema import describe, violations
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file.
+
+    The file gets the mode a plain open() would give it (0666 less the umask), not mkstemp's
+    0600, so that colleagues on a shared file system can read a run. An OSError names `path`,
+    not the temporary file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
+
+
+def current_umask() -> int:
+    umask = os.umask(0o022)  # the umask can only be read by setting it: put it straight back
+    os.umask(umask)
+    return umask
 
 
 def write_json(path: Path, obj) -> None:
@@ -33,6 +52,32 @@ def write_json(path: Path, obj) -> None:
 
 def cell_path(run_dir: Path, cell_id: str) -> Path:
     return Path(run_dir) / "cells" / f"{cell_id}.json"
+
+
+def weights_path(run_dir: Path, cell_id: str) -> Path:
+    """The trained backbone and adapter weights of a cell (safetensors), beside its result."""
+    return Path(run_dir) / "cells" / f"{cell_id}.safetensors"
+
+
+def write_weights(path: Path, module: torch.nn.Module, cell_id: str) -> None:
+    # Copies: safetensors refuses tensors that share storage, and a copy is cheap at these sizes.
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
+    write_atomic(path, safetensors.torch.save(tensors, metadata={"cell_id": cell_id}))
+
+
+def load_weights(path: Path, module: torch.nn.Module) -> None:
+    """Load a cell's weights into a module built from the cell's settings; ValueError names the
+    file when it is unreadable or does not fit the module."""
+    path = Path(path)
+    try:
+        tensors = safetensors.torch.load(path.read_bytes())
+    except (OSError, safetensors.SafetensorError) as e:
+        raise ValueError(f"weights file cells/{path.name} is unreadable: {e}") from None
+    try:
+        module.load_state_dict(tensors)
+    except RuntimeError as e:
+        raise ValueError(f"weights file cells/{path.name} does not fit its cell's model: "
+                         f"{str(e).splitlines()[0]}") from None
 
 
 def failed_path(run_dir: Path, cell_id: str) -> Path:
@@ -125,6 +170,12 @@ def rows(result: dict) -> list[dict]:
             "status": result.get("status", "finished"),
             "diverged_at_step": result.get("diverged_at_step"),
             "final_loss": (result.get("history") or [{}])[-1].get("loss"),
+            "lr": cell["train"].get("lr"),
+            "validation_accuracy": (result.get("validation") or {}).get("accuracy"),
+            "converged": (result.get("convergence") or {}).get("converged"),
+            "state_bytes": result.get("state_bytes"),
+            "reach_init": ((result.get("reach") or {}).get("init") or {}).get("ratio"),
+            "reach_trained": ((result.get("reach") or {}).get("trained") or {}).get("ratio"),
             "device": result.get("device"),
         }
         for axis, value in ev["level"].items():
@@ -137,10 +188,29 @@ def rows(result: dict) -> list[dict]:
     return out
 
 
-def results_table(results: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame([row for result in results for row in rows(result)])
+def read_selection(run_dir: Path) -> list[dict]:
+    """The learning-rate searches of a run (selection.json), or none."""
+    path = Path(run_dir) / "selection.json"
+    try:
+        searches = json.loads(path.read_text()).get("searches", [])
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"selection.json is unreadable: {e}") from None
+    return searches if isinstance(searches, list) else []
+
+
+def results_table(results: list[dict], selection: list[dict] = ()) -> pd.DataFrame:
+    """One row per cell and evaluation level; with a run's learning-rate searches, each cell of a
+    search also gets its grid (`lr_grid`) and the lr chosen on validation data (`lr_chosen`)."""
+    chosen = {}
+    for search in selection:
+        grid = " ".join(f"{lr:g}" for lr in search.get("grid", []))
+        for cid in [t["cell_id"] for t in search.get("trials", [])] + search.get("final_cells", []):
+            chosen[cid] = {"lr_grid": grid, "lr_chosen": search.get("chosen_lr")}
+    return pd.DataFrame([{**row, **chosen.get(row["cell_id"], {})} for result in results for row in rows(result)])
 
 
 def load_results(run_dir) -> pd.DataFrame:
     results, _ = load_cells(Path(run_dir))
-    return results_table(results)
+    return results_table(results, read_selection(run_dir))

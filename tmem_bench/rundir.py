@@ -96,6 +96,7 @@ def plan_to_record(run_dir: Path, cells, settings: dict, append: bool) -> list[d
     ours = {c.id: c.describe() for c in cells}
     path = Path(run_dir) / "manifest.json"
     earlier: dict = {}
+    chosen: set = set()
     if path.is_file():
         try:
             manifest = json.loads(path.read_text())
@@ -104,12 +105,15 @@ def plan_to_record(run_dir: Path, cells, settings: dict, append: bool) -> list[d
         if not isinstance(manifest, dict):
             raise UsageError(f"{path} is not a run manifest")
         earlier = planned_cells(manifest)
-        if set(earlier) != set(ours) and not append:
+        # Cells planned after a learning-rate selection follow from the others' results.
+        chosen = {e["id"] for e in manifest.get("cells", []) if isinstance(e, dict) and e.get("after_selection")}
+        if set(earlier) - chosen != set(ours) and not append:
             old = manifest.get("settings") or {}
             changed = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in sorted(set(old) | set(settings))
                        if old.get(k) != settings.get(k)]
             what = "; ".join(changed) or f"{len(set(earlier) ^ set(ours))} planned cells differ"
             raise UsageError(f"run directory {str(run_dir)!r} holds another plan ({what}); "
                              "use another --out, or --append to add this plan's cells to it")
-    merged = {**{k: v for k, v in earlier.items() if k not in ours}, **ours}
-    return [{"id": k, "describe": v} for k, v in merged.items()]
+    kept = [{"id": k, "describe": v, **({"after_selection": True} if k in chosen else {})}
+            for k, v in earlier.items() if k not in ours]
+    return kept + [{"id": k, "describe": v} for k, v in ours.items()]

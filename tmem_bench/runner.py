@@ -12,20 +12,23 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import __version__
 from .errors import check_int
 from .executors import Executor, ExecutorOptions, failure, make_executor, usable, write_jobs_record
-from .plan import Cell, cell_from_dict
-from .results import cell_path, failed_path, load_cells, read_cell, results_table, write_atomic, write_json
+from .plan import Cell, Plan, cell_from_dict
+from .results import (cell_path, failed_path, load_cells, read_cell, read_selection, results_table, weights_path,
+                      write_atomic, write_json, write_weights)
+from .selection import choose
 from .rundir import plan_to_record, prepare_run_dir, remove_stale_temporaries, run_lock
-from .train import resolve_device, run_cell
+from .train import resolve_device, train_cell
 
 
 def write_table(run_dir: Path) -> None:
     results, _ = load_cells(run_dir)
-    write_atomic(run_dir / "results.csv", results_table(results).to_csv(index=False))
+    write_atomic(run_dir / "results.csv", results_table(results, read_selection(run_dir)).to_csv(index=False))
 
 
 def command_as_typed(argv: list[str] | None = None, module: str | None = None) -> list[str]:
@@ -46,7 +49,7 @@ def command_as_typed(argv: list[str] | None = None, module: str | None = None) -
 
 
 def run_plan(
-    cells: list[Cell],
+    cells: list[Cell] | Plan,
     run_dir: Path,
     device: str = "auto",
     settings: dict | None = None,
@@ -57,31 +60,83 @@ def run_plan(
     retries: int = 1,
 ) -> list[dict]:
     """Run every cell not yet finished in `run_dir` on `executor` (serial by default); a cell that
-    raises is tried `retries` more times, then recorded in failed/<id>.json. The finished cells'
-    results."""
+    raises is tried `retries` more times, then recorded in failed/<id>.json. A plan's learning-rate
+    searches run in two stages: their trials beside the fixed cells, then, once every trial of a
+    search has a result, its remaining seeds at the lr chosen on validation data (recorded in
+    selection.json). The finished cells' results."""
     console = console or Console(stderr=True)
     options = usable(executor)
     retries = check_int("--retries", retries, minimum=0)
     run_dir = prepare_run_dir(Path(run_dir))
     with run_lock(run_dir, say=console.print):
-        return _run_locked(cells, run_dir, device, settings or {}, console, append, options, retries)
+        plan = cells if isinstance(cells, Plan) else Plan(list(cells))
+        return _run_locked(plan, run_dir, device, settings or {}, console, append, options, retries)
 
 
-def _run_locked(cells: list[Cell], run_dir: Path, device: str, settings: dict, console: Console,
+def _run_locked(plan: Plan, run_dir: Path, device: str, settings: dict, console: Console,
                 append: bool, options: ExecutorOptions, retries: int) -> list[dict]:
-    resolved = resolve_device(device)
-    planned = plan_to_record(run_dir, cells, settings, append)
+    planned = plan_to_record(run_dir, plan.cells, settings, append)
     for path in remove_stale_temporaries(run_dir) + _remove_stale_failure_temporaries(run_dir):
         console.print(f"removed {path.name}, a temporary file left by a killed run")
-    write_json(run_dir / "manifest.json", {
+    manifest = {
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
         "command": command_as_typed(),
-        "device": str(resolved),
+        "device": str(resolve_device(device)),
         "started": datetime.now(timezone.utc).isoformat(),
         "settings": settings,
         "cells": planned,
-    })
+    }
+    write_json(run_dir / "manifest.json", manifest)
+    executor = None
+    try:
+        stages = [plan.cells]
+        if plan.searches:
+            stages.append(lambda: _select(plan, run_dir, manifest, console))
+        wanted = set()
+        for stage in stages:
+            cells = stage if isinstance(stage, list) else stage()
+            wanted |= {c.id for c in cells}
+            todo = _unfinished(cells, run_dir, console)
+            if todo:
+                executor = executor or make_executor(options, run_dir, device)
+                write_jobs_record(run_dir, executor)
+                console.print(f"running {len(todo)} cell(s) {executor.describe()}")
+                _run_cells(todo, run_dir, device, executor, retries, console)
+    finally:
+        if executor is not None:
+            executor.close()
+    write_table(run_dir)
+    results, _ = load_cells(run_dir)
+    return [r for r in results if r["cell_id"] in wanted]
+
+
+def _select(plan: Plan, run_dir: Path, manifest: dict, console: Console) -> list[Cell]:
+    """Choose each search's lr from its trials' results, record the choices in selection.json and
+    the chosen cells in the manifest; the cells to train at the chosen lrs."""
+    results = {r["cell_id"]: r for r in load_cells(run_dir)[0]}
+    records, finals = [], []
+    for search in plan.searches:
+        record = choose(search, results)
+        records.append(record)
+        if record["chosen_lr"] is None:
+            console.print(f"no lr chosen for {escape(search.trials[0].describe())}: "
+                          f"{len(record['missing'])} trial(s) without a result")
+            continue
+        finals.extend(search.finals(record["chosen_lr"]))
+    write_json(run_dir / "selection.json", {"searches": records})
+    known = {e["id"] for e in manifest["cells"]}
+    manifest["cells"] += [{"id": c.id, "describe": c.describe(), "after_selection": True}
+                          for c in finals if c.id not in known]
+    write_json(run_dir / "manifest.json", manifest)
+    chosen = sum(r["chosen_lr"] is not None for r in records)
+    console.print(f"learning rates chosen on validation data for {chosen} of {len(records)} searches "
+                  f"({sum(bool(r['at_edge']) for r in records)} at an edge of the grid)")
+    return finals
+
+
+def _unfinished(cells: list[Cell], run_dir: Path, console: Console) -> list[Cell]:
+    """The cells without a readable result; a stale failure record of a finished cell is removed."""
     todo = []
     for cell in cells:
         path = cell_path(run_dir, cell.id)
@@ -99,18 +154,7 @@ def _run_locked(cells: list[Cell], run_dir: Path, device: str, settings: dict, c
     for cell in cells:
         if cell.id not in waiting:
             failed_path(run_dir, cell.id).unlink(missing_ok=True)  # finished after its failure was recorded
-    if todo:
-        executor = make_executor(options, run_dir, device)
-        try:
-            write_jobs_record(run_dir, executor)
-            console.print(f"running {len(todo)} cell(s) {executor.describe()}")
-            _run_cells(todo, run_dir, device, executor, retries, console)
-        finally:
-            executor.close()
-    write_table(run_dir)
-    results, _ = load_cells(run_dir)
-    wanted = {c.id for c in cells}
-    return [r for r in results if r["cell_id"] in wanted]
+    return todo
 
 
 def run_job(job: dict) -> dict:
@@ -122,9 +166,11 @@ def run_job(job: dict) -> dict:
     start = time.perf_counter()
     try:
         cell = cell_from_dict(job["cell"])
-        result = run_cell(cell, job["device"])
+        result, model = train_cell(cell, job["device"])
         # On the CPU the numbers depend on the thread count too: kept to explain a difference.
         result["torch_threads"] = torch.get_num_threads()
+        # Weights first: a cell file is the mark of a finished cell, so its weights are there too.
+        write_weights(weights_path(job["run_dir"], job["cell_id"]), model, job["cell_id"])
         write_json(cell_path(job["run_dir"], job["cell_id"]), result)
     except Exception as e:  # noqa: BLE001 - the cell's own failure, recorded by the driver
         return failure(job, e)

@@ -19,10 +19,14 @@ from .errors import UsageError
 Batch = dict[str, torch.Tensor]
 Level = dict[str, float | int]
 
-# Training seeds are user seeds below 2**31; evaluation seeds live above 2**62, so
-# the two streams can never coincide.
+# Training seeds are user seeds below 2**31. PyTorch's CPU generator keeps only the low 32 bits
+# of a seed, so an evaluation seed (2**62 plus a 32-bit hash) draws the stream of its hash: the
+# planner refuses a training seed equal to the hash of a level it evaluates. Validation seeds lie
+# in [2**31, 2**32), where no training seed can, and differ from every evaluation hash of the
+# built-in profiles (tested).
 MAX_TRAIN_SEED = 2**31
 _EVAL_SEED_BASE = 2**62
+SEED_BITS = 2**32
 
 
 def level_key(level: Level) -> str:
@@ -97,11 +101,27 @@ class Task:
         """Best accuracy the information in `batch` allows (1.0 when the target is a function of the inputs)."""
         return 1.0
 
+    def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(S,) bool masks over the adapter's tokens of a batch at `level`: the evidence tokens (what
+        the answer must be read from) and the answer tokens (the outputs the head reads), for the
+        information-reach probe; None for a task without a memory axis."""
+        return None
+
     def eval_seed(self, level: Level) -> int:
         return _EVAL_SEED_BASE + zlib.crc32(f"{self.name}|{level_key(level)}".encode())
 
     def eval_set(self, level: Level, size: int) -> tuple[Batch, str]:
         """The fixed evaluation set of a level and its sha256 fingerprint."""
-        generator = torch.Generator().manual_seed(self.eval_seed(level))
-        batch = self.sample(level, size, generator)
+        return self._fixed_set(self.eval_seed(level), level, size)
+
+    def validation_seed(self, level: Level) -> int:
+        return MAX_TRAIN_SEED + zlib.crc32(f"validation|{self.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
+
+    def validation_set(self, level: Level, size: int) -> tuple[Batch, str]:
+        """The fixed validation set of a level (hyperparameters are chosen on it, never on the
+        evaluation set) and its sha256 fingerprint."""
+        return self._fixed_set(self.validation_seed(level), level, size)
+
+    def _fixed_set(self, seed: int, level: Level, size: int) -> tuple[Batch, str]:
+        batch = self.sample(level, size, torch.Generator().manual_seed(seed))
         return batch, fingerprint(batch)

@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from . import __version__, tm_fast
+from .convergence import convergence
 from .model import TaskModel
 from .plan import Cell
 from .probe import causality_probe
+from .reach import reach_probe
 from .registry import get_backbone, get_task
 from .task import Batch, level_key, split_batch
 
@@ -76,12 +78,26 @@ def _scan_kernel(backbone) -> str | None:
     return None
 
 
+def _state_bytes(backbone, seq_len: int) -> int | None:
+    state_size = getattr(backbone, "state_size", None)
+    return int(state_size(seq_len)) if callable(state_size) else None
+
+
 def run_cell(
     cell: Cell,
     device: str | torch.device = "cpu",
     on_step: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Train one cell from scratch and return its JSON-ready result."""
+    return train_cell(cell, device, on_step)[0]
+
+
+def train_cell(
+    cell: Cell,
+    device: str | torch.device = "cpu",
+    on_step: Callable[[int, int], None] | None = None,
+) -> tuple[dict, TaskModel]:
+    """Train one cell from scratch: its JSON-ready result and the trained model."""
     device = resolve_device(device) if isinstance(device, str) else device
     start = time.perf_counter()
     task = get_task(cell.task, **cell.task_options)
@@ -97,6 +113,9 @@ def run_cell(
     causality = causality_probe(
         model.backbone, cell.model_options["d_model"], seq_len, blocked=blocked, seed=cell.seed, device=device
     )
+    # The reach probe's batch is drawn from its own generator, so training sees the same batches.
+    reach_batch = _to(task.sample(cell.train_level, 16, torch.Generator().manual_seed(cell.seed)), device)
+    reach_init = reach_probe(model, task, cell.train_level, reach_batch, seed=cell.seed)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
     gate_init = model.gate_values()
@@ -158,8 +177,15 @@ def run_cell(
             "fingerprint": fp,
         })
 
+    validation_batch, validation_fp = task.validation_set(cell.train_level, train["eval_size"])
+    validation_accuracy, validation_loss = evaluate(model, validation_batch, device)
+    # Again on the trained weights: a leak may open during training, or only in train mode.
+    causality_trained = {mode: causality_probe(model.backbone, cell.model_options["d_model"], seq_len,
+                                               blocked=blocked, seed=cell.seed, device=device,
+                                               train_mode=mode == "train")
+                         for mode in ("eval", "train")}
     steps_done = train["steps"] if diverged_at is None else diverged_at - 1
-    return {
+    result = {
         "schema": 1,
         "cell_id": cell.id,
         "status": "finished" if diverged_at is None else "diverged",
@@ -176,8 +202,22 @@ def run_cell(
         "train_time_s": train_time,
         "steps_per_s": steps_done / train_time,
         "causality": causality,
+        "causality_trained": causality_trained,
+        "reach": {"init": reach_init,
+                  "trained": reach_probe(model, task, cell.train_level, reach_batch, seed=cell.seed)},
+        "state_bytes": _state_bytes(model.backbone, seq_len),
+        "validation": {
+            "level_key": level_key(cell.train_level),
+            "accuracy": validation_accuracy,
+            "loss": validation_loss,
+            "n": validation_batch["target"].numel(),
+            "fingerprint": validation_fp,
+        },
+        "convergence": (convergence(history, train["steps"]) if diverged_at is None
+                        else {"converged": None, "diverged": True}),
         "gate_init": gate_init,
         "gates_final": model.gate_values(),
         "history": history,
         "eval": evals,
     }
+    return result, model
