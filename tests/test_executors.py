@@ -161,6 +161,50 @@ def test_ray_tasks_give_the_serial_numbers(sweep, local_ray, tmp_path):
     assert local_ray.is_initialized()  # a Ray the caller started is left to the caller
 
 
+def test_a_killed_ray_driver_leaves_none_of_its_local_rays_processes(tmp_path):
+    need("ray")
+    from tmem_bench.executors import _descendants
+
+    (tmp_path / "held_plugin.py").write_text(PLUGIN)
+    profile = sweep_profile(tmp_path, '[{ name = "held_plugin:model", label = "held" }]')
+    hold = tmp_path / "hold"
+    hold.touch()
+    command = [sys.executable, "-m", "tmem_bench.cli", "run", "coordinate_binding", "--profile", profile,
+               "--level", "n_writes=3", "--seeds", "1", "--device", "cpu", "--out", "run", "--no-report",
+               "--executor", "ray", "--cpus-per-cell", "1"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TMEM_TEST_HOLD": str(hold)}
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    ray_processes = []
+    try:
+        deadline = time.monotonic() + 180
+        while "running 1 cell(s)" not in log.read_text() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.2)
+        assert driver.poll() is None, log.read_text()
+        ray_processes = _descendants(driver.pid)
+        titles = {Path(f"/proc/{p.split(':')[0]}/cmdline").read_bytes().split(b"\0")[0] for p in ray_processes}
+        assert {b"ray::DashboardAgent", b"ray::RuntimeEnvAgent"} <= titles, titles
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=60)
+        hold.unlink()
+    deadline = time.monotonic() + 60
+    while (alive := [p for p in ray_processes if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for p in alive:  # left for the assertion to name, not on the machine
+        os.kill(int(p.split(":")[0]), signal.SIGKILL)
+    assert alive == []
+
+
+def _alive(process: str) -> bool:
+    pid, start = process.split(":")
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19] == start
+    except (OSError, IndexError):
+        return False
+
+
 def test_a_driver_killed_midway_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     # The kill point is fixed, not raced: the held model's cells wait while the file TMEM_TEST_HOLD names
     # exists, so the driver dies with exactly base's two cells finished whatever the machine's load.
