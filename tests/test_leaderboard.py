@@ -12,6 +12,7 @@ import pytest
 from tmem_bench.cli import main
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import builtin_profile_text, derived, profile_id
+from tmem_bench.leaderboard.page import render_page
 from tmem_bench.results import read_cell, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,7 +299,9 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
         pytest.skip("needs Chromium: apt-get install -y chromium chromium-driver, and pip install selenium")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
     board = tmp_path / "lb"
@@ -323,7 +326,7 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
                   s.find_elements(By.CSS_SELECTOR, "tbody tr"))) for s in sections}
         assert ("coordinate_binding", ("tiny-base", "tiny-lstm")) in {(t, tuple(sorted(r))) for t, r in shown}
         assert ("no_harm", ("other-profile",)) in shown
-        assert all(s.find_element(By.TAG_NAME, "svg").find_elements(By.TAG_NAME, "polyline") for s in sections)
+        assert all(s.find_element(By.TAG_NAME, "svg").find_elements(By.TAG_NAME, "path") for s in sections)
 
         binding = next(s for s in sections if s.get_attribute("data-task") == "coordinate_binding")
         table = binding.find_element(By.TAG_NAME, "table")
@@ -343,6 +346,27 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
         header.click()
         assert names() == sorted(names(), key=str.lower, reverse=True)
 
+        # Keyboard: the score header is reached with Tab from the top of the page and sorts with Enter and Space.
+        driver.refresh()
+        sections = driver.find_elements(By.CSS_SELECTOR, "section.group")
+        binding = next(s for s in sections if s.get_attribute("data-task") == "coordinate_binding")
+        table = binding.find_element(By.TAG_NAME, "table")
+        score = table.find_element(By.CSS_SELECTOR, "th[data-key=score]")
+        assert slugs() == ranked and score.get_attribute("aria-sort") == "none"
+        assert table.find_element(By.CSS_SELECTOR, "th[data-key=rank]").get_attribute("aria-sort") == "ascending"
+        target = score.find_element(By.TAG_NAME, "button")
+        for _ in range(60):
+            ActionChains(driver).send_keys(Keys.TAB).perform()
+            if driver.switch_to.active_element == target:
+                break
+        assert driver.switch_to.active_element == target, "the score header cannot be reached with Tab"
+        ActionChains(driver).send_keys(Keys.ENTER).perform()
+        assert slugs() == list(reversed(ranked)) and score.get_attribute("aria-sort") == "ascending"
+        ActionChains(driver).send_keys(Keys.SPACE).perform()
+        assert slugs() == ranked and score.get_attribute("aria-sort") == "descending"
+        assert table.find_element(By.CSS_SELECTOR, "th[data-key=rank]").get_attribute("aria-sort") == "none"
+        assert "unranked (1 seed)" in driver.find_element(By.TAG_NAME, "body").text
+
         Select(driver.find_element(By.ID, "filter-task")).select_by_value("no_harm")
         visible = [s for s in sections if s.is_displayed()]
         assert {s.get_attribute("data-task") for s in visible} == {"no_harm"} and len(visible) == 2
@@ -351,6 +375,45 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
         visible = [s for s in sections if s.is_displayed()]
         shown = [(s.get_attribute("data-profile"), s.get_attribute("data-task")) for s in visible]
         assert shown == [(profile, "no_harm")]
+
+        # The page fits the screen: the document never scrolls sideways (a phone's 400 px, with the
+        # viewport meta read as a phone reads it, and two desktop widths); a table wider than the
+        # screen scrolls inside its own box.
+        widths = {}
+        for width, mobile in ((400, True), (1024, False), (1400, False)):
+            driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                   {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": mobile})
+            driver.refresh()
+            document, boxes, figures = driver.execute_script(
+                "const d = document.documentElement;"
+                "return [d.scrollWidth, Array.from(document.querySelectorAll('.scroll'), b => [b.clientWidth, "
+                "b.scrollWidth]), Array.from(document.querySelectorAll('svg.figure'), f => "
+                "f.getBoundingClientRect().right)];")
+            widths[width] = document
+            assert document <= width, f"at {width} px the document is {document} px wide"
+            assert all(inner <= width for inner, _ in boxes) and all(right <= width for right in figures)
+            if width == 400:
+                assert any(outer > inner for inner, outer in boxes)  # the wide table scrolls in its box
+        print("document widths:", widths)
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+        # A level an entry lacks is a gap in its line, not a straight line across it.
+        page = (board / "index.html").read_text()
+        data = json.loads(page.split('id="board-data">')[1].split("</script>")[0])
+        group = next(g for g in data if g["task"] == "coordinate_binding")
+        first, last = group["levels"]
+        group["levels"] = [first, "gap", last]
+        group["labels"]["gap"], group["chance"]["gap"], group["ceiling"]["gap"] = "gap", 0.5, 1.0
+        holes, whole = group["rows"]
+        whole["cells"]["gap"] = whole["cells"][first]
+        gap = tmp_path / "gap.html"
+        gap.write_text(render_page(json.dumps(data)))
+        driver.get(gap.as_uri())
+        path = {slug: driver.find_element(By.CSS_SELECTOR, f"section[data-task=coordinate_binding] "
+                                                           f"g[data-slug='{slug}'] path").get_attribute("d")
+                for slug in (holes["slug"], whole["slug"])}
+        assert path[holes["slug"]].count("M") == 2 and "L" not in path[holes["slug"]], path
+        assert path[whole["slug"]].count("M") == 1 and path[whole["slug"]].count("L") == 2, path
     finally:
         driver.quit()
 

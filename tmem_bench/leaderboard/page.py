@@ -3,17 +3,28 @@ JavaScript draws the tables, filters and figures, so the page needs no network a
 from __future__ import annotations
 
 STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; padding: 0 1em; color: #222;
+       overflow-wrap: anywhere; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
-.filters label { margin-right: 1.5em; }
-table { border-collapse: collapse; margin: 0.5em 0; font-variant-numeric: tabular-nums; }
+.filters label { margin-right: 1.5em; display: inline-block; }
+/* A wide table scrolls inside its own box; the page itself never gets wider than the screen. */
+.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; margin: 0.5em 0; font-variant-numeric: tabular-nums; overflow-wrap: normal; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; white-space: nowrap; }
-th { cursor: pointer; user-select: none; background: #f4f4f4; }
-th.sorted-asc::after { content: " \\25B2"; } th.sorted-desc::after { content: " \\25BC"; }
+th { background: #f4f4f4; }
+th button { font: inherit; font-weight: bold; color: inherit; background: none; border: 0; padding: 0; cursor: pointer;
+            text-align: inherit; }
+th[aria-sort=ascending] button::after { content: " \\25B2"; }
+th[aria-sort=descending] button::after { content: " \\25BC"; }
 td.text, th.text { text-align: left; }
 tr.unranked td { color: #777; }
 .note { color: #555; font-size: 0.9em; }
-svg text { font-size: 10px; fill: #333; }
+figure { margin: 0; }
+svg.figure { display: block; width: 100%; max-width: 640px; height: auto; }
+svg text { font-size: 13px; fill: #333; }
+.legend { list-style: none; padding: 0; margin: 0.25em 0; display: flex; flex-wrap: wrap; gap: 0.2em 1.2em;
+          font-size: 0.9em; }
+.swatch { display: inline-block; width: 1.4em; height: 3px; vertical-align: middle; margin-right: 0.4em; }
 """
 
 SCRIPT = r"""
@@ -39,7 +50,7 @@ function svg(tag, attrs, text) {
 function columns(group) {
   const cols = [
     {key: 'rank', label: 'rank', value: r => r.ranked ? r.rank : Infinity,
-     show: r => r.ranked ? String(r.rank) : 'unranked (' + r.seeds + ' seeds)'},
+     show: r => r.ranked ? String(r.rank) : 'unranked (' + r.seeds + (r.seeds === 1 ? ' seed)' : ' seeds)')},
     {key: 'name', label: 'entry', text: true, value: r => r.name.toLowerCase(), show: r => r.name, link: true},
     {key: 'model', label: 'model', text: true, value: r => r.model, show: r => r.model},
     {key: 'params', label: 'params', value: r => r.params, show: r => r.params.toLocaleString('en')},
@@ -62,7 +73,11 @@ function table(group) {
   const cols = columns(group);
   const t = el('table');
   const head = el('tr');
-  cols.forEach(c => head.appendChild(el('th', {'data-key': c.key, class: c.text ? 'text' : ''}, c.label)));
+  // A button in each header: reached with Tab and pressed with Enter or Space like any button.
+  // The rows arrive ranked, that is in ascending rank.
+  cols.forEach(c => head.appendChild(el('th', {'data-key': c.key, class: c.text ? 'text' : '', scope: 'col',
+                                              'aria-sort': c.key === 'rank' ? 'ascending' : 'none'}))
+                        .appendChild(el('button', {type: 'button'}, c.label)));
   t.appendChild(el('thead')).appendChild(head);
   const body = t.appendChild(el('tbody'));
   for (const row of group.rows) {
@@ -79,10 +94,10 @@ function table(group) {
     }
     body.appendChild(tr);
   }
-  head.querySelectorAll('th').forEach((th, index) => th.addEventListener('click', () => {
-    const ascending = !th.classList.contains('sorted-asc');
-    head.querySelectorAll('th').forEach(h => h.classList.remove('sorted-asc', 'sorted-desc'));
-    th.classList.add(ascending ? 'sorted-asc' : 'sorted-desc');
+  head.querySelectorAll('th').forEach((th, index) => th.querySelector('button').addEventListener('click', () => {
+    const ascending = th.getAttribute('aria-sort') !== 'ascending';
+    head.querySelectorAll('th').forEach(h => h.setAttribute('aria-sort', 'none'));
+    th.setAttribute('aria-sort', ascending ? 'ascending' : 'descending');
     const rows = Array.from(body.rows);
     rows.sort((a, b) => {
       const x = a.cells[index].dataset, y = b.cells[index].dataset;
@@ -91,7 +106,9 @@ function table(group) {
     });
     rows.forEach(r => body.appendChild(r));
   }));
-  return t;
+  const box = el('div', {class: 'scroll', tabindex: '0', role: 'region', 'aria-label': 'table: ' + group.task});
+  box.appendChild(t);
+  return box;
 }
 
 // One colour per entry on the whole page, so that an entry looks the same in every figure.
@@ -99,38 +116,50 @@ const SLUGS = Array.from(new Set(DATA.flatMap(g => g.rows.map(r => r.slug)))).so
 const colorOf = slug => COLORS[SLUGS.indexOf(slug) % COLORS.length];
 
 function figure(group) {
-  const W = 680, H = 240, L = 44, R = 190, T = 12, B = 40;
+  // Drawn in its viewBox's units and scaled by CSS to the width it is given; the legend is HTML below it,
+  // so that it wraps on a narrow screen instead of shrinking with the plot.
+  const W = 560, H = 250, L = 44, R = 40, T = 22, B = 40;
   const n = group.levels.length;
   const x = i => L + (n === 1 ? (W - L - R) / 2 : i * (W - L - R) / (n - 1));
   const y = v => T + (1 - v) * (H - T - B);
-  const s = svg('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img',
+  const s = svg('svg', {viewBox: '0 0 ' + W + ' ' + H, class: 'figure', role: 'img',
                         'aria-label': 'accuracy against level, ' + group.task});
   for (const v of [0, 0.25, 0.5, 0.75, 1]) {
     s.appendChild(svg('line', {x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: '#eee'}));
-    s.appendChild(svg('text', {x: L - 6, y: y(v) + 3, 'text-anchor': 'end'}, pct(v).replace('.0', '')));
+    s.appendChild(svg('text', {x: L - 6, y: y(v) + 4, 'text-anchor': 'end'}, pct(v).replace('.0', '')));
   }
-  group.levels.forEach((level, i) => s.appendChild(svg('text', {x: x(i), y: H - B + 14, 'text-anchor': 'middle'},
+  group.levels.forEach((level, i) => s.appendChild(svg('text', {x: x(i), y: H - B + 18, 'text-anchor': 'middle'},
                                                        group.labels[level])));
-  s.appendChild(svg('text', {x: 4, y: T + 4}, '%'));
-  const line = (values, attrs) => s.appendChild(svg('polyline', Object.assign({
-    points: values.map((v, i) => v === null ? null : x(i) + ',' + y(v)).filter(p => p).join(' '),
-    fill: 'none'}, attrs)));
+  s.appendChild(svg('text', {x: L - 6, y: T - 10, 'text-anchor': 'end'}, '%'));
+  // The pen is lifted where a level has no value: a missing level is a gap, not a line across it.
+  const line = (values, attrs, parent = s) => {
+    let d = '', down = false;
+    values.forEach((v, i) => {
+      if (v === null || v === undefined) { down = false; return; }
+      d += (down ? ' L' : ' M') + x(i) + ',' + y(v);
+      down = true;
+    });
+    parent.appendChild(svg('path', Object.assign({d: d.trim(), fill: 'none'}, attrs)));
+  };
   line(group.levels.map(l => group.chance[l]), {stroke: '#999', 'stroke-dasharray': '4 3'});
   line(group.levels.map(l => group.ceiling[l]), {stroke: '#999', 'stroke-dasharray': '1 3'});
-  group.rows.forEach((row, k) => {
+  const legend = el('ul', {class: 'legend'});
+  group.rows.forEach(row => {
     const color = colorOf(row.slug);
-    line(group.levels.map(l => row.cells[l] ? row.cells[l].mean : null), {stroke: color, 'stroke-width': 2});
+    const g = s.appendChild(svg('g', {'data-slug': row.slug}));
+    line(group.levels.map(l => row.cells[l] ? row.cells[l].mean : null), {stroke: color, 'stroke-width': 2}, g);
     group.levels.forEach((l, i) => {
       const c = row.cells[l];
       if (!c) return;
-      s.appendChild(svg('line', {x1: x(i), x2: x(i), y1: y(c.low), y2: y(c.high), stroke: color}));
-      s.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: 2.5, fill: color}));
+      g.appendChild(svg('line', {x1: x(i), x2: x(i), y1: y(c.low), y2: y(c.high), stroke: color}));
+      g.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: 2.5, fill: color}));
     });
-    s.appendChild(svg('text', {x: W - R + 8, y: T + 12 + 14 * k, style: 'fill: ' + color}, row.name));
+    legend.appendChild(el('li')).append(el('span', {class: 'swatch', style: 'background: ' + color}), row.name);
   });
-  s.appendChild(svg('text', {x: W - R + 8, y: T + 12 + 14 * group.rows.length, style: 'fill: #777'},
-                    '- - chance  ··· ceiling'));
-  return s;
+  legend.appendChild(el('li', {class: 'note'}, '- - - chance   ··· ceiling'));
+  const box = el('figure');
+  box.append(s, legend);
+  return box;
 }
 
 function fillSelect(id, values) {
@@ -171,6 +200,7 @@ TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>tmem-bench leaderboard</title>
 <style>{style}</style>
 </head>
@@ -179,7 +209,7 @@ TEMPLATE = """<!DOCTYPE html>
 <p class="note">Every number is rebuilt from the entries' cell files by <code>tmem-bench leaderboard validate</code>.
 Accuracy is raw, on each level's fixed evaluation set; a level shows the mean over seeds and its 95% bootstrap
 interval; the score is the mean of the levels. Profiles are never ranked together; entries with fewer than three
-seeds are unranked. Click a column to sort.</p>
+seeds are unranked. Click a column's header, or reach it with Tab and press Enter, to sort.</p>
 <div class="filters">
 <label>profile <select id="filter-profile"></select></label>
 <label>task <select id="filter-task"></select></label>
