@@ -1,5 +1,6 @@
 """Diagnostic power, from synthetic cell results with known values (nothing is trained here)."""
 import dataclasses
+import json
 import tomllib
 from pathlib import Path
 
@@ -141,9 +142,9 @@ def test_the_report_has_the_section_and_the_per_task_lines(tmp_path):
     assert "- coordinate_binding: discriminates in block_queries=True; not in standard" in section
     assert "- no_harm: control (not a discriminator)" in section
     assert ("| task | variant | level | seeds | base (attention) | best model | its accuracy | its memory off "
-            "| chance | ceiling | verdict | why |") in section
+            "| its reach (init, trained) | still learning | chance | ceiling | verdict | why |") in section
     assert ("| coordinate_binding | block_queries=True | n_writes=20,noise=0.0 | 2 | 3.1% | tensor | 85.0% | 3.1% "
-            "| 3.1% | 100.0% | **discriminates** |") in section
+            "| - | no | 3.1% | 100.0% | **discriminates** |") in section
 
 
 def test_a_run_where_no_variant_discriminates_says_so(tmp_path):
@@ -160,3 +161,76 @@ def test_a_leaking_model_is_never_the_one_credited(tmp_path):
         b.cell("occlusion", "lstm", seed, (6,), {(6,): 0.40})
     [row] = power_rows(load_run(tmp_path))
     assert row["best_model"] == "lstm" and row["verdict"] == "does not discriminate" and "too weak" in row["reason"]
+
+
+def _annotate(run_dir, cell_id, **fields):
+    path = Path(run_dir) / "cells" / f"{cell_id}.json"
+    result = json.loads(path.read_text())
+    result.update(fields)
+    path.write_text(json.dumps(result))
+
+
+def _reach(ratio):
+    return {"init": {"ratio": ratio}, "trained": {"ratio": ratio}}
+
+
+@pytest.mark.parametrize("ratio, says", [
+    (0.0, "tensor: no path from the evidence to the answer"),
+    (2e-5, "tensor: a path whose gradient vanishes (reach 2.0e-05 at init, 2.0e-05 trained)"),
+    (0.05, "tensor: a path that carries gradient (reach 0.05 at init, 0.05 trained) but was not learned"),
+])
+def test_nothing_learned_says_which_reach_case_each_model_is_in(tmp_path, ratio, says):
+    b = build(tmp_path, {"base": 0.25, "tensor": 0.26}, {"tensor": 0.25})
+    for cid in b.ids:
+        _annotate(tmp_path, cid, reach=_reach(0.0 if "base" in cid else ratio))
+    [row] = power_rows(load_run(tmp_path))
+    assert row["reason"].startswith("nothing learned") and says in row["reason"]
+    assert "base:" not in row["reason"]  # the reference is blind by construction, not diagnosed
+
+
+def test_a_model_still_learning_at_the_end_is_not_called_incapable(tmp_path):
+    b = build(tmp_path, {"base": 0.25, "tensor": 0.26}, {"tensor": 0.25})
+    for cid in b.ids:
+        _annotate(tmp_path, cid, convergence={"converged": "base" in cid or cid.endswith("-0-6")})
+    [row] = power_rows(load_run(tmp_path))
+    assert row["reason"].startswith("still learning at the end: tensor (1 of 2 seeds not converged); nothing learned")
+    weak = tmp_path / "weak"
+    b = build(weak, {"base": 0.25, "tensor": 0.50}, {"tensor": 0.25})
+    for cid in b.ids:
+        _annotate(weak, cid, convergence={"converged": "base" in cid})
+    [row] = power_rows(load_run(weak))
+    assert row["reason"].startswith("still learning at the end: tensor had not converged (2 of 2 seeds); too weak")
+    assert row["best_still_learning"] == "2 of 2 seeds"
+
+
+def test_converged_models_keep_the_plain_verdicts(tmp_path):
+    b = build(tmp_path, {"base": 0.25, "tensor": 0.50}, {"tensor": 0.25})
+    for cid in b.ids:
+        _annotate(tmp_path, cid, convergence={"converged": True})
+    [row] = power_rows(load_run(tmp_path))
+    assert row["reason"] == CASES["too weak"][3]
+
+
+def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
+    b = RunBuilder(tmp_path)
+    trials = {}
+    for lr, acc in ((1e-3, 0.9), (1e-2, 0.3)):
+        cid = b.cell("occlusion", "tensor", 0, (6,), {(6,): acc})
+        path = tmp_path / "cells" / f"{cid}.json"
+        result = json.loads(path.read_text())
+        result["cell"]["train"]["lr"] = lr
+        result["cell_id"] = cid = cid + str(lr).replace(".", "p")
+        (tmp_path / "cells" / f"{cid}.json").write_text(json.dumps(result))
+        path.unlink()
+        trials[lr] = cid
+    search = {"task": "occlusion", "variant": "standard", "label": "tensor", "model": "tensor",
+              "train_level": "occlusion_len=6", "grid": [1e-3, 1e-2], "selection_seed": 0, "seeds": [],
+              "trials": [{"lr": lr, "cell_id": cid, "accuracy": 0.9 if lr == 1e-3 else 0.3, "loss": 1.0,
+                          "status": "finished"} for lr, cid in trials.items()],
+              "chosen_lr": 1e-3, "at_edge": True, "final_cells": []}
+    (tmp_path / "selection.json").write_text(json.dumps({"searches": [search]}))
+    data = load_run(tmp_path)
+    assert set(data.table["cell_id"]) == {trials[1e-3]}
+    text = write_report(tmp_path).path.read_text()
+    assert "## Learning-rate selection" in text
+    assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text

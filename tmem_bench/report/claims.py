@@ -69,12 +69,23 @@ class PowerSpec:
     learned_margin: float
 
 
+@dataclass(frozen=True)
+class ReachSpec:
+    """How the information-reach ratio is read (claims.toml's [reach])."""
+    no_path: float
+    vanishing: float
+
+
 @cache
 def _claims_toml() -> dict:
     return tomllib.loads(resources.files(__package__).joinpath("claims.toml").read_text())
 
 
 @cache
+def load_reach() -> ReachSpec:
+    return ReachSpec(**_claims_toml()["reach"])
+
+
 def load_power() -> PowerSpec:
     return PowerSpec(**_claims_toml()["power"])
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..results import load_cells, read_failures, rows
+from ..results import load_cells, read_failures, read_selection, rows
 from ..rundir import planned_cells
 
 TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
@@ -29,6 +29,7 @@ class RunData:
     problems: list[str] = field(default_factory=list)
     n_cells: int = 0
     task_options: dict[tuple[str, str], dict] = field(default_factory=dict)  # (task, variant) -> its options
+    selection: list[dict] = field(default_factory=list)  # the run's learning-rate searches (selection.json)
 
     @property
     def leaking(self) -> dict[str, list[str]]:
@@ -68,6 +69,12 @@ def load_run(run_dir) -> RunData:
 
     results, errors = load_cells(run_dir, checks=(_history_rows, _gate_rows))
     problems.extend(errors)
+    try:
+        selection = read_selection(run_dir)
+    except ValueError as e:
+        problems.append(f"{e}; the learning-rate trials cannot be told from the chosen cells")
+        selection = []
+    results = _chosen(results, selection, problems)
     stored_ids = {path.stem for path in cells_dir.glob("*.json")}
     failures = read_failures(run_dir)
     try:
@@ -85,7 +92,24 @@ def load_run(run_dir) -> RunData:
                             f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
         else:
             problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
-    return run_data(results, run_dir, manifest, problems)
+    data = run_data(results, run_dir, manifest, problems)
+    data.selection = selection
+    return data
+
+
+def _chosen(results: list[dict], selection: list[dict], problems: list[str]) -> list[dict]:
+    """The results the report shows: a learning-rate search's trials at an lr other than the one
+    chosen on validation data are left out (they are in selection.json and the selection table)."""
+    dropped = set()
+    for search in selection:
+        trials = search.get("trials") or []
+        if search.get("chosen_lr") is None:
+            problems.append(f"no learning rate chosen yet for {search.get('task')} [{search.get('variant')}] "
+                            f"{search.get('label')} @ {search.get('train_level')}: its trials are left out")
+            dropped |= {t["cell_id"] for t in trials}
+        else:
+            dropped |= {t["cell_id"] for t in trials if t["lr"] != search["chosen_lr"]}
+    return [r for r in results if r["cell_id"] not in dropped]
 
 
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
@@ -109,6 +133,7 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
     if not table.empty:
         table["series"] = [series_label(m, v) for m, v in zip(table["model"], table["variant"])]
         for col in ("accuracy_memory_off", "gate_init_mean", "gate_final_mean", "n_params", "wall_time_s",
+                    "reach_init", "reach_trained", "state_bytes", "validation_accuracy",
                     "steps_per_s", "loop_steps_per_s"):
             table[col] = pd.to_numeric(table[col], errors="coerce")
         for axis, is_int in axis_is_int.items():

@@ -6,6 +6,7 @@ import pandas as pd
 from .claims import Claim, ClaimSpec, PowerSpec
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
 from .power import CONTROL, power_rule, power_summary
+from .selection import selection_lines
 from .stats import N_BOOT
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
 from .views import sweep_axis, train_level_rank
@@ -97,11 +98,22 @@ def _power(power: list[dict], spec: PowerSpec) -> list[str]:
             line = f"discriminates in {', '.join(good)}" + (f"; not in {', '.join(rest)}" if rest else "")
         out.append(f"- {task}: {line}")
     header = ["task", "variant", "level", "seeds", f"{spec.attention_reference} (attention)", "best model",
-              "its accuracy", "its memory off", "chance", "ceiling", "verdict", "why"]
+              "its accuracy", "its memory off", "its reach (init, trained)", "still learning", "chance", "ceiling",
+              "verdict", "why"]
     body = [[r["task"], r["variant"], r["level"], r["seeds"], fmt_pct(r["reference"]), r["best_model"] or "-",
-             fmt_pct(r["best"]), fmt_pct(r["memory_off"]), fmt_pct(r["chance"]), fmt_pct(r["ceiling"]),
-             f"**{r['verdict']}**", r["reason"]] for r in power]
-    return out + ["", md_table(header, body)]
+             fmt_pct(r["best"]), fmt_pct(r["memory_off"]), _reach(r), r.get("best_still_learning") or "no",
+             fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), f"**{r['verdict']}**", r["reason"]] for r in power]
+    return out + ["", "Reach: the gradient of the answer tokens' outputs with respect to the evidence tokens, "
+                  "relative to that with respect to the answer tokens (0: no path from the evidence to the answer). "
+                  "Still learning: seeds whose train loss was still falling at the end (the convergence rule of "
+                  "claims.toml).", "", md_table(header, body)]
+
+
+def _reach(row: dict) -> str:
+    init, trained = row.get("best_reach_init"), row.get("best_reach_trained")
+    if init is None or trained is None:
+        return "-"
+    return f"{init:.2g}, {trained:.2g}"
 
 
 def _summary(summary: pd.DataFrame) -> list[str]:
@@ -188,7 +200,7 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     if data.table.empty:
         out += ["", "No readable cell results: nothing to report yet."]
         return "\n".join(out) + "\n"
-    out += _how_to_read(data) + _claims(claims) + _power(power, power_spec) + _summary(summary)
+    out += _how_to_read(data) + _claims(claims) + _power(power, power_spec) + selection_lines(data) + _summary(summary)
     out += _accuracy(data, figures)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .claims import PowerSpec, load_power
+from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
 from .stats import EPS, INCONCLUSIVE
 from .tables import fmt_pct, level_sort_key
@@ -72,7 +72,46 @@ def _mean(rows_: pd.DataFrame, column: str = "accuracy") -> float | None:
     return float(per_seed(rows_, column).mean()) if not rows_.empty else None
 
 
-def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: PowerSpec) -> dict:
+def _still_learning(g: pd.DataFrame, model: str) -> str | None:
+    """'k of n seeds' when the convergence rule says some of the model's cells were still learning."""
+    seeds = g[g["model"] == model].groupby("seed")["converged"].first()
+    late = int((seeds == False).sum())  # noqa: E712 - None (unknown) is neither
+    return f"{late} of {len(seeds)} seeds" if late else None
+
+
+def reach_case(init: float | None, trained: float | None, spec: ReachSpec) -> str | None:
+    """Which of the three cases a model's information reach is in, with its ratio."""
+    if init is None or trained is None or pd.isna(init) or pd.isna(trained):
+        return None
+    if max(init, trained) <= spec.no_path:
+        return "no path from the evidence to the answer"
+    if max(init, trained) < spec.vanishing:
+        return f"a path whose gradient vanishes (reach {init:.1e} at init, {trained:.1e} trained)"
+    return f"a path that carries gradient (reach {init:.2g} at init, {trained:.2g} trained) but was not learned"
+
+
+def _explain_failure(g: pd.DataFrame, models: list[str], best_model: str | None, why: str, reach: ReachSpec) -> str:
+    """'nothing learned' and 'too weak' name the models still learning at the end (undertrained,
+    not incapable) and, for nothing learned, each model's information reach."""
+    if why.startswith("too weak") and best_model and (late := _still_learning(g, best_model)):
+        return f"still learning at the end: {best_model} had not converged ({late}); " + why
+    if not why.startswith("nothing learned"):
+        return why
+    late = {m: s for m in models if (s := _still_learning(g, m))}
+    cases = []
+    for m in models:
+        rows_ = g[g["model"] == m]
+        case = reach_case(rows_["reach_init"].mean(), rows_["reach_trained"].mean(), reach)
+        if case:
+            cases.append(f"{m}: {case}")
+    if late:
+        why = ("still learning at the end: " + ", ".join(f"{m} ({s} not converged)" for m, s in late.items())
+               + "; " + why)
+    return why + (" (" + "; ".join(cases) + ")" if cases else "")
+
+
+def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: PowerSpec,
+               reach: ReachSpec | None = None) -> dict:
     # A model whose causality probe found a leak reads the future, so it cannot be credited.
     honest = g[g["causality"] != "leaking"]
     means = {model: _mean(honest[honest["model"] == model]) for model in model_order(honest)}
@@ -85,9 +124,14 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         verdict, why = CONTROL, "no level axes: a control task, where memory is not needed"
     else:
         verdict, why = power_verdict(reference, best, best_model, memory_off, chance, ceiling, spec)
+        why = _explain_failure(honest, [m for m in means], best_model, why, reach or load_reach())
+    best_rows = g[g["model"] == best_model]
     return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()),
             "reference": reference, "best_model": best_model, "best": best, "memory_off": memory_off,
-            "chance": chance, "ceiling": ceiling, "verdict": verdict, "reason": why}
+            "chance": chance, "ceiling": ceiling, "verdict": verdict, "reason": why,
+            "best_still_learning": _still_learning(g, best_model) if best_model else None,
+            "best_reach_init": _mean(best_rows, "reach_init") if best_model else None,
+            "best_reach_trained": _mean(best_rows, "reach_trained") if best_model else None}
 
 
 def power_rows(data: RunData, spec: PowerSpec | None = None) -> list[dict]:

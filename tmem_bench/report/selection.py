@@ -1,0 +1,39 @@
+"""The learning-rate selection as the report shows it: per search, the validation accuracy at every
+lr of the grid and the lr chosen, so a reader can see whether the grid bracketed each optimum."""
+from __future__ import annotations
+
+from .data import RunData, ordered, MODEL_ORDER
+from .tables import fmt_pct, md_table
+
+
+def selection_lines(data: RunData) -> list[str]:
+    if not data.selection:
+        return []
+    out = ["", "## Learning-rate selection", "",
+           "Each model was trained with its first seed at every learning rate of the grid and scored on the "
+           "validation set of its training level (generated from its own seeds, never the evaluation sets); the "
+           "best validation accuracy chose the lr (a diverged trial ranks last; ties go to the lower validation "
+           "loss, then the smaller lr), and the remaining seeds were trained at it. Only the chosen cells appear in "
+           "the rest of this report. **bold**: chosen; 'edge': the chosen lr is the smallest or largest of the grid, "
+           "so the optimum may lie outside it.", ""]
+    groups: dict[tuple, list[dict]] = {}
+    for search in data.selection:
+        groups.setdefault((search["task"], search["variant"], search["train_level"]), []).append(search)
+    for (task, variant, level), searches in groups.items():
+        grid = sorted({lr for s in searches for lr in s["grid"]})
+        by_label = {s["label"]: s for s in searches}
+        body = []
+        for label in ordered(by_label, MODEL_ORDER):
+            s = by_label[label]
+            accuracy = {t["lr"]: t for t in s["trials"]}
+            cells = []
+            for lr in grid:
+                t = accuracy.get(lr)
+                text = "-" if t is None else fmt_pct(t["accuracy"]) + (" (diverged)" if t["status"] == "diverged" else "")
+                cells.append(f"**{text}**" if lr == s["chosen_lr"] else text)
+            chosen = "none yet" if s["chosen_lr"] is None else f"{s['chosen_lr']:g}" + (" (edge)" if s["at_edge"] else "")
+            body.append([label, *cells, chosen])
+        variant_text = "" if variant == "standard" else f" [{variant}]"
+        out += [f"### {task}{variant_text} @ {level}", "",
+                md_table(["model", *(f"lr {lr:g}" for lr in grid), "chosen"], body), ""]
+    return out
