@@ -228,3 +228,15 @@ def test_every_cell_saves_weights_that_reproduce_its_accuracy(tmp_path):
                                            Overrides(models=["base"])).cells[0])
     with pytest.raises(ValueError, match="does not fit"):
         load_weights(weights_path(tmp_path / "run", cell.id), other)
+
+
+def test_a_model_entry_may_carry_its_own_training_settings(tmp_path):
+    extra = 'at = [{ n_writes = 5, steps = 9 }]'
+    text = PROFILE.format(lr="[1e-3, 3e-3]", extra=extra).replace(
+        'models = ["base", "linear"]', 'models = ["base", { name = "linear", train = { lr = 3e-3, steps = 7 } }]')
+    plan = plan_run("coordinate_binding", write_profile(tmp_path, text))
+    linear = [c for c in plan.cells if c.label == "linear"]
+    assert {(c.train_level["n_writes"], c.train["steps"], c.train["lr"]) for c in linear} == {(3, 7, 3e-3), (5, 7, 3e-3)}
+    assert [s.trials[0].label for s in plan.searches] == ["base", "base"]  # base still searches the grid
+    with pytest.raises(UsageError, match="stepz"):
+        make_plan("coordinate_binding", write_profile(tmp_path, text.replace("steps = 7", "stepz = 7")))

@@ -95,6 +95,8 @@ def load_profile(name: str) -> dict:
     """A built-in profile by name, or a path to a TOML file, checked against the profile schema."""
     if name.endswith(".toml"):
         path = Path(name)
+        if path.is_dir():
+            raise UsageError(f"profile {name!r} is a folder; give a profile's TOML file")
         if not path.is_file():
             raise UsageError(f"profile file {name!r} does not exist")
         data = path.read_bytes()
@@ -112,18 +114,19 @@ def load_profile(name: str) -> dict:
     return profile
 
 
-def _model_entries(entries: list) -> list[tuple[str, str, dict]]:
-    """Profile model entries ("name" or {name, label, **options}) -> (name, label, options)."""
+def _model_entries(entries: list) -> list[tuple[str, str, dict, dict]]:
+    """Profile model entries ("name" or {name, label, train, **options}) -> (name, label, options,
+    training settings of this model, e.g. the lr a selection chose for it)."""
     out = []
     for entry in entries:
         if isinstance(entry, str):
-            out.append((entry, entry, {}))
+            out.append((entry, entry, {}, {}))
         elif isinstance(entry, dict) and "name" in entry:
-            options = {k: v for k, v in entry.items() if k not in ("name", "label")}
-            out.append((entry["name"], entry.get("label", entry["name"]), options))
+            options = {k: v for k, v in entry.items() if k not in ("name", "label", "train")}
+            out.append((entry["name"], entry.get("label", entry["name"]), options, entry.get("train", {})))
         else:
             raise UsageError(f"model entry {entry!r} must be a name or a table with a 'name'")
-    labels = [label for _, label, _ in out]
+    labels = [label for _, label, _, _ in out]
     if len(set(labels)) != len(labels):
         raise UsageError(f"model labels must be unique, got {labels}")
     return out
@@ -161,7 +164,7 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
     model_lists = [_model_entries(overrides.models if overrides.models is not None
                                   else variant.get("models", section["models"])) for variant in variants]
     for name, _, options in {(n, label, json.dumps(o, sort_keys=True)): (n, label, o)
-                             for models in model_lists for n, label, o in models}.values():
+                             for models in model_lists for n, label, o, _ in models}.values():
         check_model(name, {**size, **options})
 
     cells, searches = [], []
@@ -179,14 +182,13 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
         eval_levels, train_levels = _levels(task, merged["levels"], merged["train_at"], overrides)
         at = _at_entries(task, variant.get("at", section.get("at", [])), train_levels)
         name = _variant_name(task_name, task.options())
-        per_level = []
-        for level in train_levels:
+        for (model, label, options, model_train), level in itertools.product(models, train_levels):
             settings = {**merged["train"]}
             for entry in at:
                 if all(level[axis] == value for axis, value in entry.items() if axis in task.axes):
                     settings.update({k: v for k, v in entry.items() if k not in task.axes})
-            per_level.append((level, *_train_settings(settings, overrides)))
-        for (model, label, options), (level, train, seeds) in itertools.product(models, per_level):
+            train, seeds = _train_settings({**settings, **model_train}, overrides)
+
             def cell(lr, seed):
                 return Cell(task=task_name, task_options=task.options(), variant=name,
                             train_level=level, eval_levels=eval_levels,
