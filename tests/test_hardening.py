@@ -80,8 +80,20 @@ def replace_line(key: str, line: str) -> str:
     return "\n".join(line if row.startswith(f"{key} =") else row for row in body.splitlines())
 
 
-# (id, command line after `tmem-bench`, a needle of the one-line message). `{p}` is the folder
-# of the test's files, `{f}` a plain file in it.
+# jobs.json records a new user might hand `tmem-bench jobs`: file name -> (content, the message's needle).
+JOBS_RECORDS = {
+    "jobs-not-utf8": (b"\xff\xfe{}", "jobs.json is unreadable"),
+    "jobs-not-a-list": ({"executor": "slurm", "driver": {"pid": 1, "host": "h"}, "cluster": "local",
+                         "folder": "slurm", "jobs": "x"}, "'jobs' must be a list"),
+    "jobs-no-driver": ({"executor": "local"}, "it names no driver"),
+    "jobs-slurm-no-cluster": ({"executor": "slurm", "driver": {"pid": 1, "host": "h"}, "folder": "slurm", "jobs": []},
+                              "cluster None is not one of slurm, local"),
+    "jobs-executor-alone": ({"executor": "slurm"}, "it names no driver"),
+}
+
+# (id, command line after `tmem-bench`, a needle of the one-line message[, exit code, 2 unless given]).
+# `{p}` is the folder of the test's files, `{f}` a plain file in it, `{r}` a finished run that can be
+# submitted; `{p}/board` is an empty leaderboard and `{p}/published` one where that run is published.
 MALFORMED = [
     ("out-unwritable", ["run", "coordinate_binding", "--out", "/proc/forbidden/run"], "cannot be created"),
     ("out-under-a-file", ["run", "coordinate_binding", "--out", "{f}/sub"], "cannot be created"),
@@ -126,14 +138,71 @@ MALFORMED = [
     ("plugin-import-fails", ["run", "coordinate_binding", "--models", "hardening_broken:thing"],
      "importing hardening_broken raised ZeroDivisionError"),
     ("report-not-a-run", ["report", "{p}"], "is not a run directory"),
+    ("profile-is-a-folder", ["run", "coordinate_binding", "--profile", "{p}/folder.toml"],
+     "is a folder; give a profile's TOML file"),
+    ("profile-dropout-string", ["run", "coordinate_binding", "--profile", "{p}/dropout.toml"],
+     "tasks.coordinate_binding.model.dropout: 'lots' is not of type 'number'"),
+    ("submit-leaderboard-is-a-file", ["leaderboard", "submit", "{r}", "--name", "X", "--leaderboard", "{f}"],
+     "--leaderboard '{f}' is a file, not a folder"),
+    ("submit-name-too-long", ["leaderboard", "submit", "{r}", "--name", "N" * 200, "--leaderboard", "{p}/board"],
+     "--name is 200 characters long; at most 120 are allowed"),
+    ("submit-url-with-a-space", ["leaderboard", "submit", "{r}", "--name", "X", "--url", "https://example.org/a b",
+                                 "--leaderboard", "{p}/board"], "is not an http:// or https:// address"),
+    ("submit-url-scheme-alone", ["leaderboard", "submit", "{r}", "--name", "X", "--url", "http://",
+                                 "--leaderboard", "{p}/board"], "--url 'http://' is not an http:// or https://"),
+    ("submit-description-too-long", ["leaderboard", "submit", "{r}", "--name", "X", "--description", "d" * 2001,
+                                     "--leaderboard", "{p}/board"],
+     "--description is 2,001 characters long; at most 2,000 are allowed"),
+    ("submit-published-twice", ["leaderboard", "submit", "{r}", "--name", "Again", "--leaderboard", "{p}/published"],
+     "are published already in the entry first; a run is submitted once"),
+    ("submit-name-without-letters", ["leaderboard", "submit", "{r}", "--name", "☃ ☃", "--leaderboard", "{p}/board"],
+     "has no letters or digits"),
+    ("validate-entry-not-utf8", ["leaderboard", "validate", "{p}/notutf8"],
+     "notutf8: entry.json: unreadable (UnicodeDecodeError", 1),
+    *((f"{name}{' --cancel' if cancel else ''}", ["jobs", f"{{p}}/{name}", *(["--cancel"] if cancel else [])], needle)
+      for name, (_, needle) in JOBS_RECORDS.items() for cancel in (False, True)),
 ]
 
 
+BOARD_SCHEMA = Path(__file__).resolve().parents[1] / "leaderboard" / "entry.schema.json"
+
+
+def empty_board(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copy(BOARD_SCHEMA, folder / BOARD_SCHEMA.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def submittable(tmp_path_factory):
+    """A folder with a finished run (run/, planned from an absolute profile path, so that it can be
+    submitted from anywhere) and a leaderboard where it is published as 'First' (published/)."""
+    from tmem_bench.cli import main
+
+    folder = tmp_path_factory.mktemp("submittable")
+    profile = tiny_profile(folder, steps=2)
+    assert main(["run", "coordinate_binding", "--profile", profile, "--out", str(folder / "run"), "--no-report"]) == 0
+    board = empty_board(folder / "published")
+    assert main(["leaderboard", "submit", str(folder / "run"), "--name", "First", "--leaderboard", str(board)]) == 0
+    return folder
+
+
 @pytest.fixture
-def inputs(tmp_path, monkeypatch):
+def inputs(tmp_path, monkeypatch, submittable):
     """The files the malformed command lines name, in their own folder; the command runs in another."""
     files = tmp_path / "inputs"
     files.mkdir()
+    (files / "folder.toml").mkdir()
+    profile_with(files, replace_line("model", 'model = { d_model = 16, n_layers = 1, n_heads = 2, dropout = "lots" }'),
+                 "dropout.toml")
+    empty_board(files / "board")
+    shutil.copytree(submittable / "published", files / "published")
+    (empty_board(files / "notutf8") / "entries" / "notutf8").mkdir(parents=True)
+    (files / "notutf8" / "entries" / "notutf8" / "entry.json").write_bytes(b"\xff\xfe{}")
+    for name, (content, _) in JOBS_RECORDS.items():
+        (files / name).mkdir()
+        text = content if isinstance(content, bytes) else json.dumps(content).encode()
+        (files / name / "jobs.json").write_bytes(text)
     (files / "plain").write_text("a file, not a folder")
     profile_with(files, replace_line("steps", "stepz = 4"), "stepz.toml")
     profile_with(files, replace_line("lr", 'lr = "fast"'), "lr_string.toml")
@@ -159,20 +228,22 @@ def tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-@pytest.mark.parametrize("args, needle", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
-def test_malformed_input_is_one_line_exit_2_and_writes_nothing(args, needle, inputs, capsys):
+@pytest.mark.parametrize("args, needle, code", [(m[1], m[2], m[3] if len(m) > 3 else 2) for m in MALFORMED],
+                         ids=[m[0] for m in MALFORMED])
+def test_malformed_input_is_one_line_exit_2_and_writes_nothing(args, needle, code, inputs, submittable, capsys):
     from tmem_bench.cli import main
 
     files, work = inputs
-    args = [a.format(p=files, f=files / "plain") for a in args]
-    before = {"inputs": tree(files), "work": tree(work)}
-    code = main(args)
+    names = {"p": files, "f": files / "plain", "r": submittable / "run"}
+    args, needle = [a.format(**names) for a in args], needle.format(**names)
+    before = {"inputs": tree(files), "work": tree(work), "run": tree(submittable / "run")}
+    assert main(args) == code
     err = capsys.readouterr().err
-    assert code == 2
-    assert err.startswith("tmem-bench: error: ") and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("tmem-bench: error: " if code == 2 else "rejected: "), err
+    assert len(err.strip().splitlines()) == 1, err
     assert needle in err, err
     assert "Traceback" not in err
-    assert {"inputs": tree(files), "work": tree(work)} == before
+    assert {"inputs": tree(files), "work": tree(work), "run": tree(submittable / "run")} == before
 
 
 def test_debug_shows_the_plugin_authors_traceback(inputs, capsys):
@@ -323,3 +394,206 @@ def test_a_failing_report_leaves_the_previous_one_whole(finished_run, tmp_path, 
     assert after == before
     assert not [p for p in run.iterdir() if p.name.startswith(".report-")]
     assert os.listdir(run / "figures")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) -> the folder of a new tmpfs of that size, unmounted after the test (needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = []
+
+    def mount(size: str) -> Path:
+        point = tmp_path / f"fs{len(mounted)}"
+        point.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+def remount(point: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(point)], check=True)
+
+
+def fill(folder: Path) -> None:
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def one_line_error(proc, needle: str) -> None:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("tmem-bench: error: ") and needle in last, proc.stderr
+
+
+def temporaries(folder: Path) -> list[str]:
+    return [str(p) for p in folder.rglob(".*") if p.name != ".lock"]
+
+
+def test_a_full_disk_is_one_line_leaves_no_torn_file_and_resumes_once_freed(tmpfs, tmp_path):
+    # 12 KiB: the manifest and the jobs record fit, the cell's weights do not, and then neither does
+    # the failure record.
+    fs = tmpfs("12k")
+    profile = tiny_profile(tmp_path, steps=2)
+    args = ["run", "coordinate_binding", "--profile", profile, "--out", str(fs / "run"), "--no-report"]
+    one_line_error(run_cli(args, tmp_path), "No space left on device; free some space and rerun the same command")
+    assert temporaries(fs) == [] and not list((fs / "run" / "cells").glob("*.json"))
+    remount(fs, "size=4m")
+    resumed = run_cli(args, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(list((fs / "run" / "cells").glob("*.json"))) == 1 and temporaries(fs) == []
+
+
+def test_report_and_submit_into_a_full_folder_are_one_line_and_change_nothing(tmpfs, finished_run, submittable,
+                                                                             tmp_path):
+    fs = tmpfs("4m")
+    shutil.copytree(finished_run / "run", fs / "run")
+    board = empty_board(fs / "board")
+    fill(fs)
+    before = {p: p.read_bytes() for p in (fs / "run").rglob("*") if p.is_file()}
+    one_line_error(run_cli(["report", "run"], fs), "No space left on device")
+    assert {p: p.read_bytes() for p in (fs / "run").rglob("*") if p.is_file()} == before
+    assert temporaries(fs) == []
+    one_line_error(run_cli(["leaderboard", "submit", str(submittable / "run"), "--name", "X", "--leaderboard",
+                            str(board)], tmp_path), "No space left on device")
+    assert list((board / "entries").glob("*")) == []
+
+
+def test_report_submit_and_build_in_a_read_only_folder_are_one_line(tmpfs, finished_run, submittable, tmp_path):
+    fs = tmpfs("4m")
+    shutil.copytree(finished_run / "run", fs / "run")
+    board = empty_board(fs / "board")
+    remount(fs, "ro")
+    needle = "Read-only file system; give a folder on a writable file system"
+    one_line_error(run_cli(["report", "run"], fs), needle)
+    one_line_error(run_cli(["leaderboard", "submit", str(submittable / "run"), "--name", "X", "--leaderboard",
+                            str(board)], tmp_path), needle)
+    one_line_error(run_cli(["leaderboard", "build", "--leaderboard", str(board)], tmp_path), needle)
+
+
+def test_report_refuses_a_run_directory_another_process_holds(finished_run, tmp_path):
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    hold = ("import sys, time\nfrom tmem_bench.rundir import run_lock\n"
+            "with run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, "run"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = (tmp_path / "run" / "report.md").read_bytes()
+        refused = run_cli(["report", "run"], tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    one_line_error(refused, f"is in use by process {holder.pid}")
+    assert (tmp_path / "run" / "report.md").read_bytes() == before and temporaries(tmp_path / "run") == []
+
+
+def test_a_report_killed_midway_leaves_a_staging_folder_the_next_report_removes(finished_run, tmp_path, capsys):
+    from tmem_bench.cli import main
+
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    staging = tmp_path / "run" / ".report-k1lled00"
+    (staging / "figures").mkdir(parents=True)
+    (staging / "report.md").write_text("half a report")
+    assert main(["report", str(tmp_path / "run")]) == 0
+    assert not staging.exists() and temporaries(tmp_path / "run") == []
+
+
+def test_jobs_names_a_driver_only_while_it_runs(finished_run, tmp_path, capsys):
+    from tmem_bench.cli import main
+    from tmem_bench.rundir import run_lock
+
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    pid = json.loads((tmp_path / "run" / "jobs.json").read_text())["driver"]["pid"]
+    assert main(["jobs", str(tmp_path / "run")]) == 0
+    assert f"serial executor: no driver is running; the last one was process {pid}" in capsys.readouterr().out
+    with run_lock(tmp_path / "run"):
+        assert main(["jobs", str(tmp_path / "run")]) == 0
+        assert "the cells run under their driver" in capsys.readouterr().out
+        assert main(["jobs", str(tmp_path / "run"), "--cancel"]) == 2
+
+
+def test_jobs_of_slurm_without_submitit_names_the_extra(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from tmem_bench.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else real(name, *a))
+    (tmp_path / "jobs.json").write_text(json.dumps({"executor": "slurm", "driver": {"pid": 1, "host": "h"},
+                                                    "cluster": "slurm", "folder": "slurm", "jobs": []}))
+    for cancel in ([], ["--cancel"]):
+        assert main(["jobs", str(tmp_path), *cancel]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and 'install it with: pip install "tmem-bench[slurm]"' in err[0]
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_the_atomic_writer_honours_the_umask(tmp_path, umask, mode):
+    from tmem_bench.results import write_atomic
+
+    previous = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "file", "text")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "file").stat().st_mode & 0o777 == mode
+
+
+def test_console_lines_keep_the_variant_in_brackets(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from tmem_bench.plan import make_plan
+    from tmem_bench.runner import run_plan
+
+    profile = tiny_profile(tmp_path, extra="variants = [{}, { block_queries = true }]\n")
+    console = Console(file=io.StringIO(), width=400)
+    run_plan(make_plan("coordinate_binding", profile), tmp_path / "run", device="cpu", console=console)
+    lines = [line for line in console.file.getvalue().splitlines() if line.startswith("done ")]
+    assert sorted(line.split(":")[0] for line in lines) == [
+        "done coordinate_binding [block_queries=True] base @ n_writes=3,noise=0.0 seed 0",
+        "done coordinate_binding base @ n_writes=3,noise=0.0 seed 0"]
+
+
+@pytest.mark.parametrize("name, slug", [("日本語", "日本語"), ("Ünïcödé ☃", "unicode"), ("KV memory (v2)", "kv-memory-v2")])
+def test_entry_names_keep_their_letters_in_the_slug(submittable, tmp_path, name, slug, capsys):
+    from tmem_bench.cli import main
+
+    board = empty_board(tmp_path / "board")
+    assert main(["leaderboard", "submit", str(submittable / "run"), "--name", name, "--leaderboard", str(board)]) == 0
+    assert [p.name for p in (board / "entries").iterdir()] == [slug]
+    assert json.loads((board / "entries" / slug / "entry.json").read_text())["name"] == name
+
+
+def test_of_two_entries_of_one_run_the_earlier_submitted_stays_and_a_parenthesis_keeps_its_link(submittable,
+                                                                                                tmp_path, capsys):
+    from tmem_bench.cli import main
+    from tmem_bench.leaderboard import validate
+
+    board = tmp_path / "board"
+    shutil.copytree(submittable / "published", board)
+    later = board / "entries" / "a-later"  # sorts before "first", which was submitted earlier
+    shutil.copytree(board / "entries" / "first", later)
+    entry = json.loads((later / "entry.json").read_text())
+    entry.update(name="A later", submitted="2999-01-01T00:00:00+00:00",
+                 url="https://en.wikipedia.org/wiki/Memory_(computing)")
+    (later / "entry.json").write_text(json.dumps(entry))
+    result = validate(board)
+    assert [path.name for path, _ in result.accepted] == ["first"]
+    assert len(result.rejections) == 1 and result.rejections[0].startswith("a-later: cells: duplicate of first")
+
+    shutil.rmtree(board / "entries" / "first")
+    assert main(["leaderboard", "build", "--leaderboard", str(board)]) == 0
+    assert "[A later](https://en.wikipedia.org/wiki/Memory_%28computing%29)" in (board / "README.md").read_text()

@@ -373,6 +373,7 @@ def parse_options(items: list[str]) -> dict:
 
 def cmd_check(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from .conformance import Spec, run_checks
@@ -395,7 +396,7 @@ def cmd_check(args) -> int:
     for column in ("check", "result", "detail"):
         table.add_column(column)
     for r in results:
-        table.add_row(r.name, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", r.detail)
+        table.add_row(r.name, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", escape(r.detail))
     Console(width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
     failed = [r.name for r in results if not r.passed]
     print(f"{args.model}: {len(results) - len(failed)} of {len(results)} checks pass"

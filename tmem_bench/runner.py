@@ -101,7 +101,7 @@ def _run_locked(plan: Plan, run_dir: Path, device: str, settings: dict, console:
             if todo:
                 executor = executor or make_executor(options, run_dir, device)
                 write_jobs_record(run_dir, executor)
-                console.print(f"running {len(todo)} cell(s) {executor.describe()}")
+                console.print(escape(f"running {len(todo)} cell(s) {executor.describe()}"))
                 _run_cells(todo, run_dir, device, executor, retries, console)
     finally:
         if executor is not None:
@@ -146,10 +146,11 @@ def _unfinished(cells: list[Cell], run_dir: Path, console: Console) -> list[Cell
         try:
             read_cell(path)
         except ValueError as e:  # left half-done by a killed run, or edited: never trusted
-            console.print(f"{e}; training it again")
+            console.print(escape(f"{e}; training it again"))
             todo.append(cell)
     if len(todo) < len(cells):
-        console.print(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {run_dir}")
+        console.print(escape(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished "
+                             f"in {run_dir}"))
     waiting = {c.id for c in todo}
     for cell in cells:
         if cell.id not in waiting:
@@ -208,13 +209,13 @@ def _run_cells(todo: list[Cell], run_dir: Path, device: str, executor: Executor,
                 if outcome["ok"]:
                     failed_path(run_dir, cid).unlink(missing_ok=True)
                     write_table(run_dir)
-                    progress.console.print(_done_line(described[cid], outcome["result"]))
+                    progress.console.print(escape(_done_line(described[cid], outcome["result"])))
                     continue
                 last = attempts[cid] > retries or outcome.get("retry") is False
                 failed[cid] = outcome
                 what = "giving up" if last else "it will be retried"
-                progress.console.print(f"FAILED {described[cid]} (attempt {attempts[cid]} of {retries + 1}, "
-                                       f"on {outcome.get('host', '?')}): {outcome['error']}; {what}")
+                progress.console.print(escape(f"FAILED {described[cid]} (attempt {attempts[cid]} of {retries + 1}, "
+                                              f"on {outcome.get('host', '?')}): {outcome['error']}; {what}"))
                 if last:
                     progress.gave_up()
                     _record_failure(run_dir, jobs[cid], described[cid], attempts[cid], outcome, executor)

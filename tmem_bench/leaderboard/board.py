@@ -132,7 +132,9 @@ def markdown(groups: list[dict]) -> str:
         lines.append("| " + " | ".join(_escape(h) for h in head) + " |")
         lines.append("|" + "---|" * len(head))
         for row in group["rows"]:
-            name = f"[{_escape(row['name'])}]({row['url']})" if row["url"] else _escape(row["name"])
+            # A parenthesis would end the markdown link early; its percent-encoding is the same address.
+            url = (row["url"] or "").replace("(", "%28").replace(")", "%29")
+            name = f"[{_escape(row['name'])}]({url})" if url else _escape(row["name"])
             rank = str(row["rank"]) if row["ranked"] else f"unranked ({row['seeds']} seed{'s' * (row['seeds'] != 1)})"
             cells = [rank, name, row["model"], f"{row['params']:,}", row["state"], str(row["seeds"]),
                      _pct(row["score"])] + [_cell(row["cells"].get(lv)) for lv in group["levels"]]

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import tomllib
+import unicodedata
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..errors import UsageError
 from ..plan import Overrides, plan_task, profile_names
 from ..registry import get_backbone, get_task, task_names
 from ..report.stats import CI_LEVEL, bootstrap_ci
-from ..results import read_cell, write_json
+from ..results import current_umask, read_cell, write_json
 from ..task import level_key
 
 SCHEMA_VERSION = 1
@@ -34,7 +35,10 @@ SELECTING_OVERRIDES = ("models", "seeds")
 
 
 def slugify(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    """A folder name from an entry's name: accents dropped where a letter has a plain form
+    (Ünïcödé -> unicode), letters of other scripts kept (日本語 stays)."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    slug = re.sub(r"[\W_]+", "-", plain.casefold()).strip("-")
     if not slug:
         raise UsageError(f"name {text!r} has no letters or digits to make a directory name from")
     return slug
@@ -285,6 +289,7 @@ def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict]) 
     entries_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=entries_dir, prefix=f".{slug}."))
     try:
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide the entry from colleagues
         for result in results:
             write_json(staging / "cells" / f"{result['cell_id']}.json", result)
         write_json(staging / "entry.json", entry)
@@ -297,9 +302,55 @@ def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict]) 
 
 def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None = None,
            url: str | None = None, description: str | None = None) -> list[Path]:
+    from jsonschema import Draft202012Validator
+
+    from .validate import find_schema
+
+    board = Path(leaderboard_dir)
+    if board.exists() and not board.is_dir():
+        raise UsageError(f"--leaderboard {str(board)!r} is a file, not a folder; give the leaderboard folder")
+    if not Path(run_dir).is_dir():
+        raise UsageError(f"run directory {str(run_dir)!r} does not exist or is not a folder")
+    validator = Draft202012Validator(json.loads(find_schema(board).read_text()),
+                                     format_checker=Draft202012Validator.FORMAT_CHECKER)
     made = make_entries(run_dir, name, model, url, description)
-    entries_dir = Path(leaderboard_dir) / "entries"
+    entries_dir = board / "entries"
+    for slug, entry, _ in made:
+        # Checked here as validate will check it, so that submit never writes an entry validate rejects.
+        error = next(iter(sorted(validator.iter_errors(entry), key=lambda e: list(map(str, e.absolute_path)))), None)
+        if error is not None:
+            raise UsageError(_refusal(error))
     taken = [slug for slug, _, _ in made if (entries_dir / slug).exists()]
     if taken:
         raise UsageError(f"entries {', '.join(taken)} exist already in {entries_dir}; choose another --name")
+    for published, cells in published_cells(entries_dir).items():
+        for slug, entry, _ in made:
+            shared = set(entry["cells"]) & cells
+            if shared:
+                raise UsageError(f"{len(shared)} of the cells of {slug} are published already in the entry "
+                                 f"{published}; a run is submitted once")
     return [write_entry(entries_dir, slug, entry, results) for slug, entry, results in made]
+
+
+def _refusal(error) -> str:
+    """A schema error of a new entry as the option the user gave, what is wrong and what is allowed."""
+    field = "/".join(map(str, error.absolute_path)) or "entry"
+    option = {"name": "--name", "url": "--url", "description": "--description"}.get(field, field)
+    if error.validator == "maxLength":
+        return f"{option} is {len(error.instance):,} characters long; at most {error.validator_value:,} are allowed"
+    if option == "--url" and error.validator == "pattern":
+        return f"--url {error.instance!r} is not an http:// or https:// address (with a host, without spaces)"
+    return f"{option}: {error.message}"
+
+
+def published_cells(entries_dir: Path) -> dict[str, set[str]]:
+    """Entry folder name -> the cell ids it lists, for every readable entry (validate judges the others)."""
+    out = {}
+    for path in sorted(Path(entries_dir).glob("*/entry.json")):
+        try:
+            cells = json.loads(path.read_text()).get("cells")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(cells, list):
+            out[path.parent.name] = {c for c in cells if isinstance(c, str)}
+    return out

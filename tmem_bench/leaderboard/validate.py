@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
@@ -166,7 +167,7 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
 
     try:
         entry = json.loads((entry_dir / "entry.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         reject("entry.json", f"unreadable ({type(e).__name__}: {e})")
         return None, lines
     for error in sorted(validator.iter_errors(entry), key=lambda e: list(map(str, e.absolute_path))):
@@ -244,9 +245,10 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
 
 
 def _duplicates(accepted: list[tuple[Path, dict]]) -> tuple[list[tuple[Path, dict]], list[str]]:
-    """Of two entries sharing cells (the same experiment) or a name, the first stays and the later is rejected."""
+    """Of two entries sharing cells (the same experiment) or a name, the one submitted first stays and
+    the later is rejected, whatever their folders' names."""
     kept, lines = [], []
-    for path, entry in accepted:
+    for path, entry in sorted(accepted, key=lambda item: (_submitted(item[1]), item[0].name)):
         cells = set(entry["cells"])
         clash = None
         for other_path, other in kept:
@@ -262,6 +264,14 @@ def _duplicates(accepted: list[tuple[Path, dict]]) -> tuple[list[tuple[Path, dic
         else:
             kept.append((path, entry))
     return kept, lines
+
+
+def _submitted(entry: dict) -> datetime:
+    try:
+        when = datetime.fromisoformat(entry["submitted"])
+    except ValueError:
+        return datetime.max.replace(tzinfo=timezone.utc)  # an unreadable date never outranks a readable one
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def validate(path="leaderboard") -> Validation:
@@ -280,6 +290,7 @@ def validate(path="leaderboard") -> Validation:
         out.rejections.extend(lines)
         if entry is not None:
             good.append((entry_dir, entry))
-    out.accepted, lines = _duplicates(good)
+    kept, lines = _duplicates(good)
+    out.accepted = [item for item in good if item in kept]
     out.rejections.extend(lines)
     return out

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..results import write_atomic
+from ..rundir import run_lock
 from .claims import Claim, load_claims, load_power
 from .data import RunData, load_run
 from .figures import build_figures
@@ -36,8 +37,17 @@ def write_report(run_dir) -> Report:
     """Regenerate report.md and figures/ of a run from its stored cell results.
 
     Both are made in a staging folder and then moved into place, so a failure leaves the
-    previous report and its figures as they were, never new figures beside an old report."""
+    previous report and its figures as they were, never new figures beside an old report.
+    The run directory's lock is held meanwhile, so a report is never written beside a running
+    run, and staging folders of a report killed midway are removed under it."""
     data = load_run(run_dir)
+    with run_lock(data.run_dir, say=lambda message: None):
+        for stale in data.run_dir.glob(".report-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        return _write_locked(data)
+
+
+def _write_locked(data: RunData) -> Report:
     staging = Path(tempfile.mkdtemp(dir=data.run_dir, prefix=".report-"))
     try:
         figures = build_figures(data, staging / "figures")
