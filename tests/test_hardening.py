@@ -358,6 +358,7 @@ def test_another_plan_in_the_same_directory_is_refused_unless_appended(finished_
     (lambda r: r.update(eval=[]), "is malformed: eval: [] should be non-empty"),
     (lambda r: r["cell"].update(seed="0"), "is malformed: cell.seed: '0' is not of type 'integer'"),
     (lambda r: r.update(cell_id="0" * 16), "holds cell 0000000000000000"),
+    (lambda r: r["history"][0].update(loss=None), "is malformed: history.0.loss: None is not of type 'number'"),
 ])
 def test_a_malformed_cell_is_named_by_report_and_retrained_on_resume(finished_run, tmp_path, damage, needle):
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
