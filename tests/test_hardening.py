@@ -112,7 +112,7 @@ MALFORMED = [
     ("profile-unknown-key", ["run", "coordinate_binding", "--profile", "{p}/stepz.toml"],
      "unknown key 'stepz'; allowed: batch_size"),
     ("profile-lr-string", ["run", "coordinate_binding", "--profile", "{p}/lr_string.toml"],
-     "train.lr: 'fast' is not of type 'number'"),
+     "train.lr: 'fast' is not a learning rate (a positive number) or a list of them"),
     ("profile-lr-negative", ["run", "coordinate_binding", "--profile", "{p}/lr_negative.toml"], "train.lr: -1.0"),
     ("profile-weight-decay-string", ["run", "coordinate_binding", "--profile", "{p}/wd.toml"],
      "train.weight_decay: 'none' is not of type 'number'"),

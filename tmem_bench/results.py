@@ -7,9 +7,6 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-import safetensors
-import safetensors.torch
-import torch
 
 from .schema import describe, violations
 
@@ -59,15 +56,20 @@ def weights_path(run_dir: Path, cell_id: str) -> Path:
     return Path(run_dir) / "cells" / f"{cell_id}.safetensors"
 
 
-def write_weights(path: Path, module: torch.nn.Module, cell_id: str) -> None:
+def write_weights(path: Path, module, cell_id: str) -> None:
+    import safetensors.torch  # here, not at the top: reading results needs no torch
+
     # Copies: safetensors refuses tensors that share storage, and a copy is cheap at these sizes.
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
     write_atomic(path, safetensors.torch.save(tensors, metadata={"cell_id": cell_id}))
 
 
-def load_weights(path: Path, module: torch.nn.Module) -> None:
-    """Load a cell's weights into a module built from the cell's settings; ValueError names the
-    file when it is unreadable or does not fit the module."""
+def load_weights(path: Path, module) -> None:
+    """Load a cell's weights into a module (torch.nn.Module) built from the cell's settings;
+    ValueError names the file when it is unreadable or does not fit the module."""
+    import safetensors
+    import safetensors.torch
+
     path = Path(path)
     try:
         tensors = safetensors.torch.load(path.read_bytes())

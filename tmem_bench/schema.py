@@ -30,6 +30,8 @@ def _message(error: jsonschema.ValidationError) -> str:
     if error.validator == "required":
         return error.message
     if error.validator == "anyOf":
+        if error.schema_path and "lr" in map(str, error.schema_path):
+            return f"{error.instance!r} is not a learning rate (a positive number) or a list of them"
         return f"{error.instance!r} is not a model name or a table with a 'name'"
     if error.validator == "uniqueItems":
         return f"{error.instance!r} lists a value twice"
