@@ -15,9 +15,9 @@ import torch
 import torch.nn as nn
 
 from .errors import UsageError
+from .levels import Level, level_key
 
 Batch = dict[str, torch.Tensor]
-Level = dict[str, float | int]
 
 # Training seeds are user seeds below 2**31. PyTorch's CPU generator keeps only the low 32 bits
 # of a seed, so an evaluation seed (2**62 plus a 32-bit hash) draws the stream of its hash: the
@@ -27,10 +27,6 @@ Level = dict[str, float | int]
 MAX_TRAIN_SEED = 2**31
 _EVAL_SEED_BASE = 2**62
 SEED_BITS = 2**32
-
-
-def level_key(level: Level) -> str:
-    return ",".join(f"{k}={v}" for k, v in level.items()) or "-"
 
 
 def fingerprint(batch: Batch) -> str:
