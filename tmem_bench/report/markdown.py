@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .capacity import capacity_section
 from .claims import Claim, ClaimSpec, PowerSpec
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
 from .power import CONTROL, power_rule, power_summary
@@ -201,7 +202,7 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
         out += ["", "No readable cell results: nothing to report yet."]
         return "\n".join(out) + "\n"
     out += _how_to_read(data) + _claims(claims) + _power(power, power_spec) + selection_lines(data) + _summary(summary)
-    out += _accuracy(data, figures)
+    out += _accuracy(data, figures) + capacity_section(data, figures)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)
     return "\n".join(out).rstrip() + "\n"
