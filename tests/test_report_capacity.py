@@ -72,7 +72,7 @@ def test_groups_are_the_per_level_variant_only(run):
 
 
 def test_largest_w_held_per_threshold(run):
-    rows = {r["model"]: r for r in capacity_rows(load_run(run))}
+    rows = {r["label"]: r for r in capacity_rows(load_run(run))}
     largest = {m: tuple(r["held"][t]["largest"] for t in THRESHOLDS) for m, r in rows.items()}
     assert largest == {"base": (None, None), "tensor_grid4": (10, 20), "tensor_grid8": (40, 40), "lstm": (None, 5)}
     assert rows["tensor_grid8"]["held"][0.9]["through_all"]
@@ -100,13 +100,12 @@ def test_table_text(run):
     assert table["lstm"][5].endswith("*")
 
 
-def test_figures_and_report(run):
-    report = write_report(run)
-    assert (run / "figures" / "capacity_coordinate_binding.png").is_file()
-    assert (run / "figures" / "capacity_coordinate_binding.svg").is_file()
-    assert (run / "figures" / "capacity_state_coordinate_binding.png").is_file()
-    writes = report.figures["capacity_coordinate_binding"]
-    (panel,) = writes["panels"]
+def test_figures(run, tmp_path):
+    data = load_run(run)
+    figures = build_capacity_figures(data, tmp_path)
+    for stem in ("capacity_coordinate_binding", "capacity_state_coordinate_binding"):
+        assert (tmp_path / f"{stem}.png").stat().st_size > 0 and (tmp_path / f"{stem}.svg").stat().st_size > 0
+    (panel,) = figures["capacity_coordinate_binding"]["panels"]
     assert list(panel["series"]) == ["base", "lstm", "tensor_grid4", "tensor_grid8"]
     grid4 = panel["series"]["tensor_grid4"]
     assert grid4["x"] == [5.0, 10.0, 20.0, 40.0]
@@ -114,17 +113,22 @@ def test_figures_and_report(run):
     assert grid4["low"][2] < 0.60 < grid4["high"][2]  # three seeds that differ: a band
     assert panel["series"]["lstm"]["not_converged"] == [10]
     assert panel["chance"] == pytest.approx([C] * 4)
-    state = report.figures["capacity_state_coordinate_binding"]
+    state = figures["capacity_state_coordinate_binding"]
     assert [p["title"] for p in state["panels"]] == [
         f"coordinate_binding [{VARIANT}] noise=0.05, n_writes={w}" for w in WS]
     for p in state["panels"]:
         assert set(p["points"]) == {"lstm", "tensor_grid4", "tensor_grid8"} and p["no_state"] == ["base"]
     assert state["panels"][0]["points"]["tensor_grid8"]["state_bytes"] == 32768
-    text = report.path.read_text()
-    assert "## Capacity" in text
-    assert "| tensor_grid4 | 4 KiB | 10 | 20 |" in text
+    text = "\n".join(capacity_section(data, figures))
+    assert "figures/capacity_coordinate_binding.png" in text
     assert "figures/capacity_state_coordinate_binding.png" in text
     assert "base: no state size, left out" in text
+
+
+def test_report_has_the_section(run):
+    text = write_report(run).path.read_text()
+    assert "## Capacity" in text
+    assert "| tensor_grid4 | 4 KiB | 10 | 20 |" in text
 
 
 def test_no_capacity_section_without_per_level_training(tmp_path):

@@ -63,7 +63,7 @@ def capacity_groups(data: RunData) -> list[Group]:
                 rows = tv
                 for axis, value in panel.items():
                     rows = rows[rows[axis] == value]
-                if not rows.empty and rows.groupby("model")[f"train_{AXIS}"].nunique().max() > 1:
+                if not rows.empty and rows.groupby("label")[f"train_{AXIS}"].nunique().max() > 1:
                     out.append(Group(task, variant, panel, rows))
     return out
 
@@ -82,13 +82,13 @@ def points(group: Group) -> pd.DataFrame:
     """One row per model and W: mean accuracy over seeds with its 95% bootstrap interval, the seeds,
     chance and ceiling, the state bytes, and how many seeds had not converged or do not say."""
     out = []
-    for (model, w), g in group.rows.groupby(["model", AXIS]):
+    for (model, w), g in group.rows.groupby(["label", AXIS]):
         mean, low, high = bootstrap_ci(per_seed(g))
         cells = g.drop_duplicates("cell_id")
         state = pd.to_numeric(cells.get("state_bytes", pd.Series(dtype=float)), errors="coerce").dropna()
         converged = list(cells["converged"]) if "converged" in cells else [None] * len(cells)
         out.append({
-            "model": model, AXIS: int(w), "accuracy": mean, "low": low, "high": high,
+            "label": model, AXIS: int(w), "accuracy": mean, "low": low, "high": high,
             "seeds": int(g["seed"].nunique()), "chance": float(g["chance"].mean()),
             "ceiling": float(g["ceiling"].mean()),
             "state_bytes": float(state.median()) if not state.empty else math.nan,
@@ -99,7 +99,7 @@ def points(group: Group) -> pd.DataFrame:
     if frame.empty:
         return frame
     order = {m: i for i, m in enumerate(model_order(group.rows))}
-    return frame.sort_values(["model", AXIS], key=lambda s: s.map(order) if s.name == "model" else s,
+    return frame.sort_values(["label", AXIS], key=lambda s: s.map(order) if s.name == "label" else s,
                              ignore_index=True)
 
 
@@ -149,8 +149,8 @@ def capacity_table(group: Group) -> tuple[list[str], list[list[str]]]:
     ws = sorted(p[AXIS].unique())
     header = ["model", "state"] + [f"W at >= {100 * t:g}%" for t in THRESHOLDS] + [f"W={w}" for w in ws]
     body = []
-    for model in dict.fromkeys(p["model"]):
-        mp = p[p["model"] == model]
+    for model in dict.fromkeys(p["label"]):
+        mp = p[p["label"] == model]
         state = mp["state_bytes"].dropna()
         if state.empty:
             state_text = "-"
@@ -170,9 +170,9 @@ def capacity_rows(data: RunData) -> list[dict]:
     out = []
     for group in capacity_groups(data):
         p = points(group)
-        for model in dict.fromkeys(p["model"]):
-            mp = p[p["model"] == model]
-            out.append({"task": group.task, "variant": group.variant, "panel": group.panel, "model": model,
+        for model in dict.fromkeys(p["label"]):
+            mp = p[p["label"] == model]
+            out.append({"task": group.task, "variant": group.variant, "panel": group.panel, "label": model,
                         "held": {t: held(mp, t) for t in THRESHOLDS},
                         "not_converged_at": [int(w) for w in mp[mp["not_converged"] > 0][AXIS]]})
     return out
@@ -203,8 +203,8 @@ def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
         p = points(group)
         all_points.append(p)
         panel = {"title": group.title, "series": {}}
-        for model in dict.fromkeys(p["model"]):
-            mp = p[p["model"] == model]
+        for model in dict.fromkeys(p["label"]):
+            mp = p[p["label"] == model]
             color = style.of(model)
             xs = mp[AXIS].astype(float).tolist()
             ax.plot(xs, mp["accuracy"], color=color, marker="o", ms=4, label=model)
@@ -246,7 +246,7 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
         for w in sorted(p[AXIS].unique()):
             pw = p[(p[AXIS] == w) & p["state_bytes"].notna()]
             if not pw.empty:
-                panels.append((group, int(w), pw, sorted(set(p[(p[AXIS] == w) & p["state_bytes"].isna()]["model"]))))
+                panels.append((group, int(w), pw, sorted(set(p[(p[AXIS] == w) & p["state_bytes"].isna()]["label"]))))
     if not panels:
         return None
     fig, axes = _new_figure(len(panels))
@@ -254,13 +254,13 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     for ax, (group, w, pw, stateless) in zip(axes, panels):
         panel = {"title": f"{group.title}, {AXIS}={w}", "points": {}, "no_state": stateless}
         for _, r in pw.iterrows():
-            color = style.of(r["model"])
+            color = style.of(r["label"])
             hollow = r["not_converged"] > 0
             ax.errorbar([r["state_bytes"]], [r["accuracy"]],
                         yerr=[[r["accuracy"] - r["low"]], [r["high"] - r["accuracy"]]],
                         ls="none", marker="o", ms=6, color=color, mfc="white" if hollow else color,
-                        capsize=2, label=r["model"])
-            panel["points"][r["model"]] = {"state_bytes": r["state_bytes"], "accuracy": r["accuracy"],
+                        capsize=2, label=r["label"])
+            panel["points"][r["label"]] = {"state_bytes": r["state_bytes"], "accuracy": r["accuracy"],
                                            "low": r["low"], "high": r["high"], "not_converged": bool(hollow)}
         ax.axhline(float(pw["chance"].mean()), color="0.45", ls="--", lw=1, label="chance")
         ax.axhline(float(pw["ceiling"].mean()), color="black", ls=":", lw=1.2, label="ceiling")
@@ -275,7 +275,8 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
         ax.set_title(panel["title"], fontsize=9)
         ax.grid(alpha=0.3)
         drawn["panels"].append(panel)
-    return _finish(fig, axes, drawn, f"{drawn['title']}\n{_seed_note(pd.concat([pw for *_, pw, _ in panels]), "interval")}")
+    note = _seed_note(pd.concat([pw for *_, pw, _ in panels]), "interval")
+    return _finish(fig, axes, drawn, f"{drawn['title']}\n{note}")
 
 
 def save(fig, figures_dir: Path, stem: str) -> list[Path]:
