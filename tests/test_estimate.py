@@ -1,0 +1,177 @@
+"""`tmem-bench run --dry-run`: the plan's counts, the estimate's arithmetic and scheduling with fixed
+costs, a real measurement that scales with steps, and that nothing is written."""
+import os
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from tmem_bench.estimate import Affine, Cost, MeasuredCost, estimate, fmt_levels, plan_rows
+from tmem_bench.plan import Overrides, plan_run
+from tmem_bench.results import cell_path, write_json
+
+
+class FixedCost:
+    """A meter with the same cost for every cell: the estimate's arithmetic without measuring."""
+
+    def __init__(self, setup_s=1.0, step_s=0.01, eval_s=2.0):
+        self.value = Cost(setup_s, step_s, eval_s)
+        self.asked = []
+
+    def cost(self, cell):
+        self.asked.append(cell.id)
+        return self.value
+
+
+def finish(run_dir, cell):
+    """A finished cell's result file (valid against the cell schema) for `cell`."""
+    level = cell.train_level
+    write_json(cell_path(run_dir, cell.id), {
+        "cell_id": cell.id, "cell": asdict(cell), "status": "finished",
+        "eval": [{"level": level, "level_key": "-", "accuracy": 0.5, "chance": 0.1, "ceiling": 1.0, "n": 10,
+                  "fingerprint": "0" * 64}],
+    })
+
+
+@pytest.fixture(scope="module")
+def quick_plan():
+    # Two variants; --level trains one model per level in each.
+    return plan_run("coordinate_binding", "quick",
+                    Overrides(models=["base"], levels={"n_writes": [5, 10]}, seeds=[0, 1], steps=100))
+
+
+def test_rows_count_every_cell_by_model_and_levels(quick_plan, tmp_path):
+    rows = plan_rows(quick_plan.cells, quick_plan.searches, None)
+    assert sum(len(r.cells) for r in rows) == len(quick_plan.cells) == 2 * 2 * 2
+    assert [(r.variant, r.label, r.kind, r.seeds, r.steps, len(r.cells)) for r in rows] == [
+        ("standard", "base", "cells", [0, 1], 100, 4), ("block_queries=True", "base", "cells", [0, 1], 100, 4)]
+    assert fmt_levels(rows[0].levels) == "n_writes=5,10 noise=0.05"
+    assert all(r.finished == 0 for r in rows)
+    finish(tmp_path, quick_plan.cells[0])
+    (tmp_path / "cells" / f"{quick_plan.cells[1].id}.json").write_text("{torn")  # trained again: not finished
+    rows = plan_rows(quick_plan.cells, quick_plan.searches, tmp_path)
+    assert [r.finished for r in rows] == [1, 0]
+
+
+def test_levels_with_their_own_steps_are_rows_of_their_own(quick_plan):
+    cells = [c if c.train_level["n_writes"] == 5 else c.__class__(**{**asdict(c), "train": {**c.train, "steps": 400},
+                                                                    "eval_levels": c.eval_levels})
+             for c in quick_plan.cells if c.variant == "standard"]
+    rows = plan_rows(cells)
+    assert [(fmt_levels(r.levels), r.steps, len(r.cells)) for r in rows] == [
+        ("n_writes=5 noise=0.05", 100, 2), ("n_writes=10 noise=0.05", 400, 2)]
+
+
+def test_learning_rate_selection_is_trials_and_finals(tmp_path):
+    plan = plan_run("coordinate_binding", "study", Overrides(models=["base"]))
+    rows = plan_rows(plan.cells, plan.searches, tmp_path)
+    trials = [r for r in rows if r.kind == "trials"]
+    finals = [r for r in rows if r.kind == "finals"]
+    grid = sorted({c.train["lr"] for s in plan.searches for c in s.trials})
+    assert len(grid) > 1 and plan.searches
+    assert sum(len(r.cells) for r in trials) == len(grid) * len(plan.searches)
+    assert sum(len(r.cells) for r in finals) == sum(len(s.seeds) for s in plan.searches)
+    assert all(r.lrs == grid and r.seeds == [0] for r in trials)
+    assert all(r.seeds == [1, 2] for r in finals)
+    # Finals at whichever lr was chosen count as finished.
+    search = plan.searches[0]
+    for cell in search.finals(grid[-1]):
+        finish(tmp_path, cell)
+    finish(tmp_path, search.trials[0])
+    rows = plan_rows(plan.cells, plan.searches, tmp_path)
+    assert sum(r.finished for r in rows if r.kind == "finals") == len(search.seeds)
+    assert sum(r.finished for r in rows if r.kind == "trials") == 1
+
+
+def test_estimate_arithmetic_and_schedule(quick_plan, tmp_path):
+    meter = FixedCost()
+    rows = plan_rows(quick_plan.cells, quick_plan.searches, None)
+    serial = estimate(rows, meter, workers=1)
+    per_cell = 1.0 + 100 * 0.01 + 2.0
+    assert serial.remaining == 8 and serial.total_s == pytest.approx(8 * per_cell)
+    assert serial.wall_s == pytest.approx(8 * per_cell)
+    assert estimate(rows, meter, workers=2).wall_s == pytest.approx(4 * per_cell)
+    assert estimate(rows, meter, workers=3).wall_s == pytest.approx(3 * per_cell)  # 8 cells: 3 + 3 + 2
+    cluster = estimate(rows, meter, workers=None)
+    assert cluster.wall_s is None and cluster.longest_s == pytest.approx(per_cell)
+    finish(tmp_path, quick_plan.cells[0])
+    assert estimate(plan_rows(quick_plan.cells, [], tmp_path), meter, 1).remaining == 7
+
+
+def test_finals_wait_for_their_trials():
+    plan = plan_run("coordinate_binding", "study", Overrides(models=["base"], steps=100))
+    rows = plan_rows(plan.cells, plan.searches)
+    per_cell = 1.0 + 100 * 0.01 + 2.0
+    n_first, n_finals = len(plan.cells), sum(len(s.seeds) for s in plan.searches)
+    workers = n_first + n_finals  # enough for every cell at once, were there no second stage
+    assert estimate(rows, FixedCost(), workers).wall_s == pytest.approx(2 * per_cell)
+
+
+def test_estimate_scales_with_steps():
+    short = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=10)).cells
+    long = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=1010)).cells
+    meter = MeasuredCost(torch.device("cpu"), threads=1)
+    a = estimate(plan_rows(short), meter, 1)
+    measured = meter.seconds
+    b = estimate(plan_rows(long), meter, 1)
+    assert meter.seconds == measured  # the same shapes: measured once
+    steps = [meter.cost(c).step_s for c in long]
+    assert all(s > 0 for s in steps)
+    assert b.total_s - a.total_s == pytest.approx(1000 * sum(steps))
+
+
+def test_affine_fit():
+    assert Affine.fit([(8, 0.5), (32, 1.1)]) == Affine(pytest.approx(0.3), pytest.approx(0.025))
+    assert Affine.fit([(8, 1.2), (32, 1.1)]) == Affine(0.0, 1.2 / 32)  # noise: proportional
+    assert Affine(0.3, 0.025)(128) == pytest.approx(3.5)
+
+
+def _listing(root):
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from tmem_bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    args = ["run", "coordinate_binding", "--models", "base", "--steps", "20", "--out", str(out), "--dry-run"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert not out.exists() and not (tmp_path / "runs").exists()
+    assert "dry run of coordinate_binding under profile quick: 2 cells" in text
+    assert f"{out} does not exist yet" in text
+    assert "coordinate_binding [standard]: 1 cells" in text and "coordinate_binding [block_queries=True]" in text
+    assert "2 cell(s) to run" in text and "wall time one after another in this process" in text
+
+    plan = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=20))
+    finish(out, plan.cells[0])
+    before = _listing(tmp_path)
+    assert main(args + ["--executor", "local", "--workers", "2", "--cpus-per-cell", "1"]) == 0
+    text = capsys.readouterr().out
+    assert _listing(tmp_path) == before  # no lock, manifest, table or report
+    assert f"1 already finished in {out}" in text and "1 cell(s) to run" in text
+    assert "wall time on a local pool of 2 worker(s), 1 thread(s) each" in text
+
+
+def test_dry_run_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    from tmem_bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "coordinate_binding", "--models", "nope", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'nope'" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == []
+
+
+def test_dry_run_rows_name_steps_and_seeds(tmp_path, capsys, monkeypatch):
+    from tmem_bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "coordinate_binding", "--models", "base", "--seeds", "0,3", "--steps", "7",
+                 "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.strip().startswith("model"))
+    assert header.split()[:5] == ["model", "training", "levels", "steps", "batch"]
+    row = next(line for line in lines if line.strip().startswith("base"))
+    assert row.split()[3:9] == ["7", "64", "0.001", "0,3", "2", "0"]

@@ -1,0 +1,446 @@
+"""`tmem-bench run --dry-run`: the plan as a table, and the wall time it would take on this machine
+and executor, from a few training steps measured per distinct shape. Nothing is written.
+
+A cell costs its setup (building the model, the causality and reach probes), its training steps and
+its evaluation. A training step is measured once per distinct (model, model options, task, task
+options, sequence length), a forward pass once per distinct sequence length of every evaluated
+level, so levels that differ only in values that leave the shape alone (coordinate binding's noise)
+share one measurement, and models trained at one level and evaluated at many pay for each length
+once.
+
+Each is measured at two batch sizes and fitted as a + b * batch: a fixed cost per call (kernel
+launches, the optimiser's update) and a cost per example. On the CPU the sizes are small (8 and 32)
+and the fit is extrapolated to the real batch, which keeps the dry run of the `paper` profile within
+minutes on two cores; within about 20% of a step measured at batch 128 here. On a GPU, where small
+batches leave it idle, the larger size is the real batch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from .plan import Cell
+from .registry import get_task
+from .rundir import RunDir
+from .task import level_key
+
+WARMUP_STEPS = 1
+TIMED_STEPS = 3
+# A shape whose warm-up step alone takes this long is timed on one step per batch size: such a
+# cell's cost is dominated by its step count, not by the noise of a single step.
+SLOW_STEP_S = 1.0
+EVAL_CHUNK = 512  # train.EVAL_BATCH: the evaluation's forward batch
+CPU_SIZES = (8, 32)
+PROBE_ROWS = 32  # probe.causality_probe's max_positions: at most this many rows per forward pass
+PROBE_FORWARDS = 8  # two trials of two passes, before and after training
+REACH_ROWS = 16  # the reach probe: a forward and backward pass on 16 examples, at init and trained
+REACH_PASSES = 2
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Measured seconds of one cell's parts."""
+    setup_s: float  # building the model and the probes
+    step_s: float  # one training step (sampling the batch, forward, backward, update)
+    eval_s: float  # the evaluation at every level of its grid, and the validation set
+
+    def seconds(self, steps: int) -> float:
+        return self.setup_s + steps * self.step_s + self.eval_s
+
+
+class Meter(Protocol):
+    def cost(self, cell: Cell) -> Cost: ...
+
+
+@dataclass(frozen=True)
+class Affine:
+    """Seconds of one call on a batch of n: fixed + per_example * n."""
+    fixed: float
+    per_example: float
+
+    def __call__(self, n: int) -> float:
+        return self.fixed + self.per_example * n
+
+    @classmethod
+    def fit(cls, points: list[tuple[int, float]]) -> "Affine":
+        (n1, t1), (n2, t2) = min(points), max(points)
+        if n2 == n1 or t2 <= t1:  # one size, or noise larger than the difference: proportional
+            return cls(0.0, max(t1, t2) / n2)
+        per_example = (t2 - t1) / (n2 - n1)
+        return cls(max(0.0, t1 - per_example * n1), per_example)
+
+
+def _options_key(options: dict) -> str:
+    return json.dumps(options, sort_keys=True, default=str)
+
+
+class MeasuredCost:
+    """Costs measured on `device` with `threads` torch threads, cached per distinct shape."""
+
+    def __init__(self, device: torch.device, threads: int, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS):
+        self.device, self.threads, self.warmup, self.steps = device, threads, warmup, steps
+        self.build: dict[tuple, tuple[float, bool]] = {}  # model -> (seconds to build, gated)
+        self.step: dict[tuple, Affine] = {}  # (model, sequence length) -> a training step
+        self.forward: dict[tuple, Affine] = {}  # (model, sequence length) -> an evaluation forward pass
+        self.generate: dict[tuple, float] = {}  # (task, level) -> seconds per example (and its ceiling)
+        self.lengths: dict[tuple, int] = {}
+        self.seconds = 0.0  # spent measuring
+
+    def _sizes(self, batch: int) -> tuple[int, int]:
+        if self.device.type == "cpu":
+            return min(CPU_SIZES[0], batch), min(CPU_SIZES[1], batch)
+        return min(REACH_ROWS, batch), batch
+
+    def seq_len(self, cell: Cell, level: dict) -> int:
+        key = (cell.task, _options_key(cell.task_options), level_key(level), cell.model_options["d_model"])
+        if key not in self.lengths:
+            task = get_task(cell.task, **cell.task_options)
+            one = task.sample(level, 1, torch.Generator().manual_seed(0))
+            self.lengths[key] = task.make_adapter(cell.model_options["d_model"])(one).shape[1]
+        return self.lengths[key]
+
+    def cost(self, cell: Cell) -> Cost:
+        model_key = (cell.model, _options_key(cell.model_options), cell.task, _options_key(cell.task_options))
+        train_len = self.seq_len(cell, cell.train_level)
+        levels = {self.seq_len(cell, level): level for level in cell.eval_levels}
+        levels.setdefault(train_len, cell.train_level)
+        level_keys = [(cell.task, _options_key(cell.task_options), level_key(lv))
+                      for lv in (*cell.eval_levels, cell.train_level)]
+        if ((*model_key, train_len) not in self.step or any((*model_key, n) not in self.forward for n in levels)
+                or any(k not in self.generate for k in level_keys)):
+            start = time.perf_counter()
+            before = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            try:
+                self._measure(cell, model_key, train_len, levels)
+            finally:
+                torch.set_num_threads(before)
+            self.seconds += time.perf_counter() - start
+        build_s, gated = self.build[model_key]
+        step, train_forward = self.step[(*model_key, train_len)], self.forward[(*model_key, train_len)]
+        setup_s = (build_s + PROBE_FORWARDS * train_forward(min(PROBE_ROWS, max(train_len - 1, 1)))
+                   + REACH_PASSES * step(REACH_ROWS))
+        size = cell.train["eval_size"]
+        chunks = [EVAL_CHUNK] * (size // EVAL_CHUNK) + ([size % EVAL_CHUNK] if size % EVAL_CHUNK else [])
+
+        def evaluation(level: dict, passes: int) -> float:
+            forward = self.forward[(*model_key, self.seq_len(cell, level))]
+            generate = self.generate[(cell.task, _options_key(cell.task_options), level_key(level))]
+            return size * generate + passes * sum(forward(n) for n in chunks)
+
+        # A gated memory is evaluated again switched off; the validation set (at the training level,
+        # where a learning rate is chosen) once.
+        eval_s = sum(evaluation(level, 2 if gated else 1) for level in cell.eval_levels)
+        eval_s += evaluation(cell.train_level, 1)
+        return Cost(setup_s, step(cell.train["batch_size"]), eval_s)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _measure(self, cell: Cell, model_key: tuple, train_len: int, levels: dict[int, dict]) -> None:
+        from .train import _to, build_model, loss_and_accuracy
+
+        task = get_task(cell.task, **cell.task_options)
+        start = time.perf_counter()
+        model = build_model(cell).to(self.device)
+        self._sync()
+        self.build[model_key] = (time.perf_counter() - start, model.gated)
+
+        for level in (*cell.eval_levels, cell.train_level):
+            key = (cell.task, _options_key(cell.task_options), level_key(level))
+            if key not in self.generate:
+                n = min(cell.train["eval_size"], EVAL_CHUNK)
+                start = time.perf_counter()
+                batch = task.sample(level, n, torch.Generator().manual_seed(0))
+                task.ceiling(level, batch)
+                self.generate[key] = (time.perf_counter() - start) / n
+
+        if (*model_key, train_len) not in self.step:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=cell.train["lr"],
+                                          weight_decay=cell.train["weight_decay"])
+            generator = torch.Generator().manual_seed(cell.seed)
+            model.train()
+
+            def step(n: int) -> float:
+                t = time.perf_counter()
+                batch = _to(task.sample(cell.train_level, n, generator), self.device)
+                loss, _ = loss_and_accuracy(model, batch)
+                loss.item()  # run_cell reads the loss every step (its divergence check), which syncs
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cell.train["grad_clip"])
+                optimizer.step()
+                self._sync()
+                return time.perf_counter() - t
+
+            self.step[(*model_key, train_len)] = self._fit(step, self._sizes(cell.train["batch_size"]))
+
+        model.eval()
+        with torch.no_grad():
+            for length, level in levels.items():
+                if (*model_key, length) in self.forward:
+                    continue
+                sizes = self._sizes(min(cell.train["eval_size"], EVAL_CHUNK))
+                batches = {n: _to(task.sample(level, n, torch.Generator().manual_seed(0)), self.device)
+                           for n in sizes}
+
+                def forward(n: int) -> float:
+                    t = time.perf_counter()
+                    model(batches[n])
+                    self._sync()
+                    return time.perf_counter() - t
+
+                self.forward[(*model_key, length)] = self._fit(forward, sizes, timed=1)
+
+    def _fit(self, call, sizes: tuple[int, int], timed: int | None = None) -> Affine:
+        """Time `call(n)` at both sizes after warming up at the smaller (the first call at a new shape
+        allocates, or compiles), and fit a + b * n."""
+        warm = [call(sizes[0]) for _ in range(self.warmup)]
+        timed = timed or (1 if warm and warm[-1] > SLOW_STEP_S else self.steps)
+        # The median: one call slowed by another process on the machine does not move it.
+        return Affine.fit([(n, statistics.median(call(n) for _ in range(timed))) for n in dict.fromkeys(sizes)])
+
+
+@dataclass
+class Row:
+    """One line of the printed plan: cells of one task, variant and model that share their
+    training settings, at one or more training levels."""
+    task: str
+    variant: str
+    label: str
+    kind: str  # "cells", "trials" (a learning-rate selection) or "finals" (its other seeds, at the chosen lr)
+    levels: list[dict]
+    steps: int
+    batch_size: int
+    lrs: list[float]
+    seeds: list[int]
+    cells: list[Cell] = field(default_factory=list)  # finals: those at the first lr of the grid stand in
+    finished: int = 0
+    seconds: list[float] = field(default_factory=list)  # per cell of `cells`
+
+
+def _finished(run_dir: Path | None, cell: Cell) -> bool:
+    if run_dir is None:
+        return False
+    try:
+        RunDir(run_dir).read_cell(cell.id)
+    except ValueError:  # missing, torn or edited: trained again
+        return False
+    return True
+
+
+def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> list[Row]:
+    """The plan grouped for printing, with the cells already finished in `run_dir` counted.
+
+    `searches` are learning-rate selections (plan.LRSearch): their trials are among `cells` and
+    become "trials" rows; their remaining seeds, trained once the lr is chosen, become "finals"
+    rows, counted finished when they are, at whichever lr of the grid was chosen."""
+    trial_ids = {c.id for s in searches for c in s.trials}
+    groups: list[tuple[str, list[Cell], dict]] = [("cells", [c for c in cells if c.id not in trial_ids], {})]
+    groups.append(("trials", [c for s in searches for c in s.trials], {}))
+    finals, done_finals = [], {}
+    for search in searches:
+        lrs = sorted({t.train["lr"] for t in search.trials})
+        stand_in = list(search.finals(lrs[0]))
+        finals += stand_in
+        by_lr = [search.finals(lr) for lr in lrs]
+        done = max(sum(_finished(run_dir, c) for c in cs) for cs in by_lr) if by_lr else 0
+        for i, c in enumerate(stand_in):
+            done_finals[c.id] = i < done
+    groups.append(("finals", finals, done_finals))
+
+    rows: dict[tuple, Row] = {}
+    for kind, group, done in groups:
+        # Per training level first: a level's seeds and settings decide which row it joins.
+        per_level: dict[tuple, list[Cell]] = {}
+        for c in group:
+            per_level.setdefault((c.task, c.variant, c.label, level_key(c.train_level)), []).append(c)
+        for (task, variant, label, _), level_cells in per_level.items():
+            first = level_cells[0]
+            seeds = sorted({c.seed for c in level_cells})
+            lrs = sorted({c.train["lr"] for c in level_cells})
+            key = (kind, task, variant, label, first.train["steps"], first.train["batch_size"], tuple(lrs),
+                   tuple(seeds))
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = Row(task, variant, label, kind, [], first.train["steps"],
+                                      first.train["batch_size"], lrs, seeds)
+            row.levels.append(first.train_level)
+            row.cells += level_cells
+            row.finished += sum(done[c.id] if c.id in done else _finished(run_dir, c) for c in level_cells)
+    order = {"cells": 0, "trials": 1, "finals": 2}
+    tasks = list(dict.fromkeys(c.task for c in cells))
+    return sorted(rows.values(), key=lambda r: (tasks.index(r.task) if r.task in tasks else len(tasks),
+                                                order[r.kind]))
+
+
+@dataclass
+class Estimate:
+    rows: list[Row]
+    total_s: float  # cell-seconds of every cell not yet finished
+    wall_s: float | None  # wall time on the executor; None where a cluster decides how many cells run at once
+    remaining: int
+    longest_s: float
+
+
+def estimate(rows: list[Row], meter: Meter, workers: int | None) -> Estimate:
+    """Fill in each row's seconds per cell and schedule the unfinished cells: one after another
+    (workers=1), on `workers` slots in plan order, each cell to the first slot free (a process pool),
+    or not at all (workers=None). Finals start after every other cell, as they wait for their
+    learning rate to be chosen."""
+    phases: list[list[float]] = [[], []]
+    for row in rows:
+        row.seconds = [meter.cost(c).seconds(c.train["steps"]) for c in row.cells]
+        # The cells of a row differ in cost only by their evaluation and setup, so which of them are
+        # finished matters little: the first ones are taken as those.
+        phases[row.kind == "finals"] += row.seconds[row.finished:]
+    remaining = [s for phase in phases for s in phase]
+    wall = None
+    if workers is not None:
+        wall = 0.0
+        for phase in phases:
+            slots = [0.0] * workers
+            for seconds in phase:
+                i = slots.index(min(slots))
+                slots[i] += seconds
+            wall += max(slots)
+    return Estimate(rows, sum(remaining), wall, len(remaining), max(remaining, default=0.0))
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours / 24:.1f} days"
+
+
+def _fmt_values(values) -> str:
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def fmt_levels(levels: list[dict]) -> str:
+    """Training levels compactly: 'n_writes=5,10,20 noise=0.05' when they are a grid, else each key."""
+    if not levels or not levels[0]:
+        return "-"
+    axes = list(levels[0])
+    values = {a: list(dict.fromkeys(lv[a] for lv in levels)) for a in axes}
+    if math.prod(len(v) for v in values.values()) == len(levels):
+        return " ".join(f"{a}={_fmt_values(v)}" for a, v in values.items())
+    return "; ".join(level_key(lv) for lv in levels)
+
+
+def _fmt_seeds(seeds: list[int]) -> str:
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def _columns(header: list[str], body: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
+
+    def line(r):
+        return "  ".join(str(v).rjust(w) if i in right else str(v).ljust(w)
+                         for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+    return [line(header)] + [line(r) for r in body]
+
+
+def render_plan(rows: list[Row]) -> list[str]:
+    out = []
+    for (task, variant) in dict.fromkeys((r.task, r.variant) for r in rows):
+        these = [r for r in rows if (r.task, r.variant) == (task, variant)]
+        cells = sum(len(r.cells) for r in these)
+        out += ["", f"{task} [{variant}]: {cells} cells"]
+        body = []
+        for r in these:
+            lr = _fmt_values(r.lrs) if r.kind != "finals" else "chosen"
+            what = {"cells": "", "trials": "lr trials", "finals": "after selection"}[r.kind]
+            per_cell = (fmt_duration(min(r.seconds)) if max(r.seconds) - min(r.seconds) < 0.5
+                        else f"{fmt_duration(min(r.seconds))}-{fmt_duration(max(r.seconds))}") if r.seconds else "-"
+            body.append([r.label, fmt_levels(r.levels), str(r.steps), str(r.batch_size), lr, _fmt_seeds(r.seeds),
+                         str(len(r.cells)), str(r.finished), per_cell, what])
+        header = ["model", "training levels", "steps", "batch", "lr", "seeds", "cells", "finished", "per cell", ""]
+        out += ["  " + line for line in _columns(header, body, right={2, 3, 6, 7, 8})]
+    return out
+
+
+def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, executor: str, measured: str,
+           parallel_note: str | None = None) -> str:
+    """The printed dry run: the plan, then the estimate."""
+    rows = est.rows
+    n_cells = sum(len(r.cells) for r in rows)
+    finished = sum(r.finished for r in rows)
+    trials = sum(len(r.cells) for r in rows if r.kind == "trials")
+    finals = sum(len(r.cells) for r in rows if r.kind == "finals")
+    where = (f"{finished} already finished in {run_dir}" if run_dir_exists
+             else f"{run_dir} does not exist yet")
+    selection = (f", of which {trials + finals} in learning-rate selection ({trials} trials + {finals} finals)"
+                 if trials else "")
+    out = [f"dry run of {what}: {n_cells} cells{selection}; {where}. Nothing is trained or written."]
+    out += render_plan(rows)
+    out += ["", f"estimate: {est.remaining} cell(s) to run, {fmt_duration(est.total_s)} of cell time "
+                f"(the longest cell {fmt_duration(est.longest_s)}); {measured}"]
+    if est.wall_s is not None:
+        out.append(f"wall time {executor}: about {fmt_duration(est.wall_s)}")
+    else:
+        out.append(f"{executor}: the wall time depends on how many cells the cluster runs at once; with K at "
+                   f"once it is at least the longer of {fmt_duration(est.total_s)} / K and the longest cell")
+    if parallel_note:
+        out.append(parallel_note)
+    return "\n".join(out) + "\n"
+
+
+def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, what: str,
+            meter: Meter | None = None) -> str:
+    """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
+    measured on this machine; reads `run_dir` if it exists, writes nothing."""
+    from .executors import Executor, LocalPool, available_cores
+    from .train import resolve_device
+
+    resolved = resolve_device(device)
+    note = None
+    if options.kind == "local":
+        gpus = torch.cuda.device_count() if resolved.type == "cuda" else 0
+        pool = LocalPool(options.workers, options.cpus_per_cell, gpus)
+        threads, workers = pool.threads, pool.workers
+        executor = f"on a local pool of {workers} worker(s), {threads} thread(s) each"
+        if gpus == 0 and workers * threads > available_cores():
+            note = (f"note: {workers} workers x {threads} threads exceed the {available_cores()} cores here; "
+                    f"they will run slower than measured")
+        elif workers > 1:
+            note = ("note: measured one cell at a time; workers running together share memory bandwidth "
+                    "and may each run slower")
+    elif options.kind == "serial":
+        threads, workers = Executor(options.cpus_per_cell).threads or torch.get_num_threads(), 1
+        executor = f"one after another in this process, {threads} thread(s)"
+    else:
+        threads, workers = options.cpus_per_cell or 1, None
+        executor = f"--executor {options.kind} ({threads} CPU(s) per cell)"
+    meter = meter or MeasuredCost(resolved, threads)
+    run_dir_exists = Path(run_dir).is_dir()
+    rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
+    est = estimate(rows, meter, workers)
+    if isinstance(meter, MeasuredCost):
+        sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
+        measured = (f"per cell: setup + steps x the step time + evaluation, measured here on {resolved} with "
+                    f"{threads} thread(s): {meter.steps} training step(s) after {meter.warmup} warm-up at batch "
+                    f"sizes {sizes}, fitted and extrapolated, for each of {len(meter.step)} training shape(s), "
+                    f"and a forward pass at {len(meter.forward)} evaluation shape(s) "
+                    f"({fmt_duration(meter.seconds)} of measuring)")
+    else:
+        measured = "per cell: setup + steps x the step time + evaluation"
+    return render(est, what=what, run_dir=Path(run_dir), run_dir_exists=run_dir_exists, executor=executor,
+                  measured=measured, parallel_note=note)
