@@ -47,6 +47,9 @@ class CoordinateBindingAdapter(Adapter):
 class CoordinateBinding(Task):
     name = "coordinate_binding"
     axes = ("n_writes", "noise")
+    levels = {"n_writes": (5, 10, 20, 50), "noise": (0.05,)}
+    variants = {"standard": {}, "memory_forcing": {"block_queries": True}}
+    memory_forcing = ("memory_forcing",)
 
     def __init__(self, n_queries: int = 4, n_values: int = 32, block_queries: bool = False):
         self.n_queries = check_int("n_queries", n_queries)
@@ -56,7 +59,7 @@ class CoordinateBinding(Task):
     def options(self) -> dict:
         return {"n_queries": self.n_queries, "n_values": self.n_classes, "block_queries": self.block_queries}
 
-    def _check_value(self, axis: str, value):
+    def check_value(self, axis: str, value):
         if axis == "n_writes":
             return check_int(axis, value)
         return check_float(axis, value, maximum=2.0)

@@ -120,6 +120,11 @@ class MapBuilding(Task):
     axes = ("horizon",)
     n_classes = 2
     version = 2  # queries are (B, Q, 2) since n_queries
+    levels = {"horizon": (4, 8, 16)}
+    variants = {"standard": {}, "memory_forcing": {"block_queries": True},
+                "cells": {"encoding": "cells", "n_queries": 8},
+                "cells_memory_forcing": {"encoding": "cells", "n_queries": 8, "block_queries": True}}
+    memory_forcing = ("memory_forcing", "cells_memory_forcing")
 
     def __init__(self, trajectory: str = "random", p_occupied: float = 0.5, block_queries: bool = False,
                  encoding: str = "scalar", n_queries: int = 1):
@@ -137,7 +142,7 @@ class MapBuilding(Task):
         return {"trajectory": self.trajectory, "p_occupied": self.p_occupied, "block_queries": self.block_queries,
                 "encoding": self.encoding, "n_queries": self.n_queries}
 
-    def _check_value(self, axis: str, value):
+    def check_value(self, axis: str, value):
         return check_int(axis, value)
 
     def _windows(self, batch_size: int, horizon: int, generator: torch.Generator) -> torch.Tensor:

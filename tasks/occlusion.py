@@ -101,6 +101,11 @@ class Occlusion(Task):
     name = "occlusion"
     axes = ("occlusion_len",)
     n_classes = 4
+    levels = {"occlusion_len": (0, 2, 4, 6, 8)}
+    # hide_end is memory_forcing's data with attention left free to see it.
+    variants = {"standard": {}, "occluder": {"occluder": True}, "hide_end": {"hide": "end"},
+                "memory_forcing": {"hide": "end", "block_hidden": True}}
+    memory_forcing = ("memory_forcing",)
 
     def __init__(self, n_frames: int = 8, occluder: bool = False, hide: str = "middle", block_hidden: bool = False):
         self.n_frames = check_int("n_frames", n_frames)
@@ -121,7 +126,7 @@ class Occlusion(Task):
             options["block_hidden"] = True
         return options
 
-    def _check_value(self, axis: str, value):
+    def check_value(self, axis: str, value):
         value = check_int(axis, value, minimum=0)
         if value > self.n_frames:
             raise UsageError(f"occlusion_len must be at most n_frames ({self.n_frames}), got {value}")

@@ -19,7 +19,7 @@ import torch
 
 from .schema import check as check_schema
 from .errors import UsageError, check_int
-from .registry import BACKBONES, get_task, task_names
+from .registry import BACKBONES, TASKS, get_task, task_names
 from .task import MAX_TRAIN_SEED, SEED_BITS, level_key
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
@@ -138,7 +138,31 @@ def _variant_name(task_name: str, options: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(changed.items())) or "standard"
 
 
-VARIANT_KEYS = ("levels", "train_at", "train", "models", "at")
+VARIANT_KEYS = ("levels", "train_at", "train", "models", "at", "variant")
+# What a task its profile does not name is trained with: the suite's reference pair at the quick
+# profile's size, at every level of the task's own grid, in every variant it names.
+DEFAULT_SECTION = {"models": ["base", "tensor"], "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.1}}
+
+
+def task_section(task_name: str, profile: dict) -> dict:
+    """The profile's section of a task, or one made from the task's own levels and variants."""
+    section = profile.get("tasks", {}).get(task_name)
+    if section is not None:
+        return section
+    task = get_task(task_name)  # an unknown task fails here with the list of known ones
+    return {**DEFAULT_SECTION, "levels": {axis: list(values) for axis, values in task.levels.items()},
+            "variants": [dict(options) for options in task.variants.values()]}
+
+
+def variant_options(task_name: str, variant: dict) -> dict:
+    """A profile variant's task options: those of the task's variant it names, then its own."""
+    options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
+    if "variant" not in variant:
+        return options
+    named = get_task(task_name).variants
+    if variant["variant"] not in named:
+        raise UsageError(f"task {task_name!r} has no variant {variant['variant']!r}; it has: {', '.join(named)}")
+    return {**named[variant["variant"]], **options}
 
 
 def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]:
@@ -153,10 +177,7 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
     tables, each naming values of some axes and training settings (steps, seeds, ...)
     for the training levels that have those values. A list of learning rates (`lr`)
     is a grid searched on validation data per model and training level."""
-    section = profile.get("tasks", {}).get(task_name)
-    if section is None:
-        raise UsageError(f"task {task_name!r} is not in this profile; it has: {', '.join(profile.get('tasks', {}))}")
-    get_task(task_name)  # an unknown task fails here, before its settings are read
+    section = task_section(task_name, profile)
     size = dict(section.get("model", {}))
     for key in MODEL_SIZE_KEYS:
         size[key] = check_int(key, size.get(key))
@@ -169,7 +190,7 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
 
     cells, searches = [], []
     for variant, models in zip(variants, model_lists):
-        task_options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
+        task_options = variant_options(task_name, variant)
         try:
             task = get_task(task_name, **task_options)
         except TypeError as e:
@@ -358,15 +379,17 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
     overrides = overrides or Overrides()
     profile = load_profile(profile_name)
     known = task_names()
-    unknown = [t for t in profile["tasks"] if t not in known]
-    if unknown:
-        raise UsageError(f"profile {profile_name!r} names unknown task {unknown[0]!r}; known: {', '.join(known)}")
+    for name in profile["tasks"]:
+        if name not in TASKS and ":" not in name:
+            raise UsageError(f"profile {profile_name!r} names unknown task {name!r}; known: {', '.join(known)} "
+                             "(or module:attribute)")
+        TASKS.get(name)  # a plug-in task that cannot be loaded is named here
     if task == "all":
         names = list(profile["tasks"])
-    elif task in known:
+    elif task in TASKS or ":" in task:
         names = [task]
     else:
-        raise UsageError(f"unknown task {task!r}; known: {', '.join(known)}, all")
+        raise UsageError(f"unknown task {task!r}; known: {', '.join(known)}, all (or module:attribute)")
     plans = [plan_task_searches(name, profile, overrides) for name in names]
     return Plan([c for p in plans for c in p.cells], [s for p in plans for s in p.searches])
 

@@ -4,7 +4,7 @@ Built-ins are listed in one catalogue below as `module:attribute` and imported
 only when first asked for, so no implementation imports this module and this
 module imports none of them up front. External entries are named
 `module:attribute` (on the command line or in a profile) or published under the
-`tmem_bench.models` entry-point group.
+`tmem_bench.tasks` and `tmem_bench.models` entry-point groups: tasks and models alike.
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from typing import Callable
 
 from .errors import UsageError
 
+# In the order reports show them; plug-in tasks follow in name order.
 BUILTIN_TASKS = {
     "coordinate_binding": "tmem_bench.tasks.coordinate_binding:CoordinateBinding",
+    "occlusion": "tmem_bench.tasks.occlusion:Occlusion",
     "map_building": "tmem_bench.tasks.map_building:MapBuilding",
     "no_harm": "tmem_bench.tasks.no_harm:NoHarm",
-    "occlusion": "tmem_bench.tasks.occlusion:Occlusion",
 }
 BUILTIN_MODELS = {
     "base": "tmem_bench.baselines.transformer:base",
@@ -91,7 +92,7 @@ class Registry:
         return name in self._specs or name in self._plugins()
 
 
-TASKS = Registry("task", BUILTIN_TASKS)
+TASKS = Registry("task", BUILTIN_TASKS, entry_point_group="tmem_bench.tasks")
 BACKBONES = Registry("model", BUILTIN_MODELS, entry_point_group="tmem_bench.models")
 
 

@@ -63,6 +63,26 @@ class Task:
     name: str = ""
     axes: tuple[str, ...] = ()
     n_classes: int = 0
+    # Bumped when the data drawn at an existing level changes (its fingerprints), so that results
+    # made on the earlier data are told apart (the leaderboard refuses them).
+    version: int = 1
+    # A small evaluation grid, one list of values per axis: what `tmem-bench check --task` checks,
+    # and what a run plans for a task its profile does not name.
+    levels: dict[str, tuple] = {}
+    # Named variants: the options each is built with ("standard" is the defaults, the paper's
+    # setting). A profile may name one (`{ variant = "memory_forcing" }`); one its profile does not
+    # name runs all of them.
+    variants: dict[str, dict] = {"standard": {}}
+    # The variants in which attention alone is blind by construction: their adapter's `blocked`
+    # edges cut every attention path from the evidence to the answer, so only a state the backbone
+    # carries can pass it on (the report keeps them apart from the paper's setting).
+    memory_forcing: tuple[str, ...] = ()
+
+    @classmethod
+    def forces_memory(cls, options: dict) -> bool:
+        """Whether a variant with these options (as a cell records them) is memory-forcing: it has
+        every option of one of the memory-forcing variants, whatever else it sets (sizes, say)."""
+        return any(all(options.get(k) == v for k, v in cls.variants[name].items()) for name in cls.memory_forcing)
 
     def options(self) -> dict:
         """Task options that change the data or the model (recorded in every result)."""
@@ -74,9 +94,10 @@ class Task:
             raise UsageError(
                 f"task {self.name!r} has axes {list(self.axes) or 'none'}, got {sorted(level) or 'none'}"
             )
-        return {axis: self._check_value(axis, level[axis]) for axis in self.axes}
+        return {axis: self.check_value(axis, level[axis]) for axis in self.axes}
 
-    def _check_value(self, axis: str, value):
+    def check_value(self, axis: str, value):
+        """One axis value checked (a UsageError naming the axis and the allowed values) and cast to its type."""
         raise NotImplementedError
 
     def sample(self, level: Level, batch_size: int, generator: torch.Generator) -> Batch:
