@@ -1,13 +1,12 @@
-"""Every registered task, through the task contract; then what is particular to each family.
+"""Every registered task, through the task conformance checks; then what is particular to each family.
 
-Generic tests are parametrised over `task_names()` and over the task variants the
-built-in profiles list, so a new task (or variant) is covered without new test code.
+The generic checks (conformance_tasks: declarations, batches, the oracle and the ceiling, chance,
+fingerprints, blocked edges, attention blind under memory forcing) run over every registered task,
+every variant it names and every level of its own grid, so a new task (or variant) is covered
+without new test code; tests/test_conformance.py shows that each of them can fail.
 """
 from __future__ import annotations
 
-import itertools
-import json
-import math
 import subprocess
 import sys
 
@@ -18,155 +17,35 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import tmem_bench
+from tmem_bench.conformance_tasks import TASK_CHECKS, TaskSpec, task_check_name, task_levels, task_variants
 from tmem_bench.errors import UsageError
-from tmem_bench.plan import VARIANT_KEYS, Cell, load_profile
-from tmem_bench.registry import get_backbone, get_task, task_names
-from tmem_bench.task import MAX_TRAIN_SEED, fingerprint, level_key
+from tmem_bench.plan import Cell, load_profile
+from tmem_bench.registry import BUILTIN_TASKS, TASKS, get_task, task_names
+from tmem_bench.task import fingerprint
 from tmem_bench.tasks import map_building, occlusion
 from tmem_bench.train import run_cell
 
-TASKS = task_names()
+NAMES = task_names()
 PROFILES = ("quick", "paper")
-EVAL_N = 2048
+VARIANTS = [(name, variant, task) for name in NAMES for variant, task in task_variants(TASKS.get(name), {})]
 
 
-def profile_levels(name: str, profile: str = "quick") -> list[dict]:
-    task = get_task(name)
-    levels = load_profile(profile)["tasks"][name].get("levels", {})
-    return [task.validate_level(dict(zip(task.axes, combo))) for combo in itertools.product(*(levels[a] for a in task.axes))]
-
-
-def variants() -> list[tuple[str, dict]]:
-    """(task, options) for every task's default and every variant a built-in profile lists."""
-    out = {(name, "{}"): (name, {}) for name in TASKS}
-    for profile in PROFILES:
-        for name, section in load_profile(profile).get("tasks", {}).items():
-            for variant in section.get("variants", []):
-                options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
-                out[(name, json.dumps(options, sort_keys=True))] = (name, options)
-    return list(out.values())
-
-
-def variant_id(name: str, options: dict) -> str:
-    return f"{name}-{','.join(f'{k}={v}' for k, v in options.items()) or 'default'}"
-
-
-VARIANTS = variants()
-VARIANT_IDS = [variant_id(n, o) for n, o in VARIANTS]
-# Variants of the newer options, covered here whether or not (yet) a profile lists them.
-NEW_VARIANTS = [
-    ("occlusion", {"n_frames": 4, "hide": "end", "block_hidden": True}),
-    *[("map_building", {"encoding": e, "n_queries": 3}) for e in map_building.ENCODINGS],
-    *[("map_building", {"encoding": e, "n_queries": q, "block_queries": True})
-      for e in map_building.ENCODINGS for q in (1, 3)],
-]
-ALL_VARIANTS = VARIANTS + [v for v in NEW_VARIANTS if v not in VARIANTS]
-ALL_VARIANT_IDS = [variant_id(n, o) for n, o in ALL_VARIANTS]
-
-
-def binomial_tolerance(n: int, p: float = 0.5) -> float:
-    return 5 * math.sqrt(p * (1 - p) / n)
-
-
-@pytest.mark.parametrize("name", TASKS)
-def test_every_task_is_in_every_profile(name):
+@pytest.mark.parametrize("name", BUILTIN_TASKS)
+def test_every_builtin_task_is_in_every_profile(name):
     for profile in PROFILES:
         assert name in load_profile(profile)["tasks"], f"{name} has no [tasks.{name}] in {profile}.toml"
 
 
-@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
-def test_shapes_and_dtypes(name, options):
-    task = get_task(name, **options)
-    for level in profile_levels(name):
-        batch = task.sample(level, 5, torch.Generator().manual_seed(0))
-        target = batch["target"]
-        assert target.dtype == torch.int64 and target.ndim == 2 and target.shape[0] == 5
-        assert 0 <= target.min() and target.max() < task.n_classes
-        assert all(v.shape[0] == 5 for v in batch.values())
-        adapter = task.make_adapter(16)
-        x = adapter(batch)
-        assert x.shape[0] == 5 and x.shape[2] == 16 and x.dtype == torch.float32
-        logits = adapter.head(torch.randn_like(x), batch)
-        assert logits.shape == (5, target.shape[1], task.n_classes)
-        blocked = adapter.blocked(batch)
-        assert blocked is None or (blocked.dtype == torch.bool and blocked.shape == (x.shape[1], x.shape[1]))
+@pytest.mark.parametrize("check", TASK_CHECKS, ids=task_check_name)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_registered_task_passes_the_task_checks(name, check):
+    result = check(TASKS.get(name), TaskSpec(name=name))
+    assert result.passed, result.detail
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_sampling_is_determined_by_the_generator(name):
-    task = get_task(name)
-    level = profile_levels(name)[-1]
-    a = fingerprint(task.sample(level, 16, torch.Generator().manual_seed(3)))
-    b = fingerprint(task.sample(level, 16, torch.Generator().manual_seed(3)))
-    c = fingerprint(task.sample(level, 16, torch.Generator().manual_seed(4)))
-    assert a == b != c
-
-
-@pytest.mark.parametrize("name", TASKS)
-def test_eval_seeds_are_disjoint_from_training_seeds(name):
-    task = get_task(name)
-    levels = profile_levels(name, "quick") + profile_levels(name, "paper")
-    seeds = {level_key(level): task.eval_seed(level) for level in levels}
-    assert all(seed >= MAX_TRAIN_SEED for seed in seeds.values())
-    assert len(set(seeds.values())) == len(seeds), "two levels share an evaluation set seed"
-
-
-FINGERPRINTS = """
-import itertools, json, sys
-from tmem_bench.plan import load_profile
-from tmem_bench.registry import get_task, task_names
-from tmem_bench.task import level_key
-out = {}
-for name in task_names():
-    task = get_task(name)
-    levels = load_profile("quick")["tasks"][name].get("levels", {})
-    for combo in itertools.product(*(levels[a] for a in task.axes)):
-        level = task.validate_level(dict(zip(task.axes, combo)))
-        out[f"{name}|{level_key(level)}"] = task.eval_set(level, int(sys.argv[1]))[1]
-print(json.dumps(out))
-"""
-
-
-def test_fingerprints_are_stable_across_processes():
-    out = subprocess.run([sys.executable, "-c", FINGERPRINTS, "64"], capture_output=True, text=True, check=True)
-    there = json.loads(out.stdout.strip().splitlines()[-1])
-    here = {f"{name}|{level_key(level)}": get_task(name).eval_set(level, 64)[1]
-            for name in TASKS for level in profile_levels(name)}
-    assert there == here
-
-
-@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
-def test_oracle_reaches_the_ceiling(name, options):
-    task = get_task(name, **options)
-    levels = profile_levels(name) + profile_levels(name, "paper")
-    for level in [dict(k) for k in dict.fromkeys(tuple(level.items()) for level in levels)]:
-        batch, _ = task.eval_set(level, EVAL_N)
-        ceiling = task.ceiling(level, batch)
-        accuracy = (task.oracle(level, batch) == batch["target"]).float().mean().item()
-        if ceiling == 1.0:
-            assert accuracy == 1.0, level
-        else:
-            # The ceiling is an expectation; the oracle's guesses on this set scatter around it.
-            assert abs(accuracy - ceiling) < binomial_tolerance(batch["target"].numel()), (level, accuracy, ceiling)
-        assert task.chance(level) <= ceiling <= 1.0
-
-
-@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
-def test_chance_is_the_best_constant_predictor(name, options):
-    task = get_task(name, **options)
-    for level in profile_levels(name):
-        batch, _ = task.eval_set(level, EVAL_N)
-        target = batch["target"]
-        best = max((target == c).float().mean().item() for c in range(task.n_classes))
-        chance = task.chance(level)
-        # Targets within one sample may be dependent, so the tolerance counts samples, not targets.
-        assert abs(best - chance) < binomial_tolerance(target.shape[0], chance), (level, best, chance)
-
-
-@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
-def test_tiny_end_to_end_run(name, options):
-    task = get_task(name, **options)
-    levels = tuple(profile_levels(name))
+@pytest.mark.parametrize("name,variant,task", VARIANTS, ids=[f"{n}-{v}" for n, v, _ in VARIANTS])
+def test_tiny_end_to_end_run(name, variant, task):
+    levels = tuple(task_levels(task))
     cell = Cell(
         task=name, task_options=task.options(), variant="test", train_level=levels[0], eval_levels=levels,
         model="base", label="base", model_options={"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -185,43 +64,18 @@ def test_tiny_end_to_end_run(name, options):
         assert 0.0 <= entry["accuracy"] <= 1.0 and entry["n"] == batch["target"].numel()
 
 
-# Memory forcing: a variant with one of these options true hands the backbone a mask of forbidden edges.
-FORCING_OPTIONS = ("block_queries", "block_hidden")
-FORCING_LEVELS = {"occlusion": [{"occlusion_len": 1}, {"occlusion_len": 2}], "map_building": [{"horizon": 4}]}
-FORCING = [(n, o, profile_levels(n)) for n, o in VARIANTS if any(o.get(k) for k in FORCING_OPTIONS)]
-FORCING += [(n, o, FORCING_LEVELS[n]) for n, o in NEW_VARIANTS if any(o.get(k) for k in FORCING_OPTIONS)]
+def test_the_memory_forcing_variants_are_the_blocking_ones():
+    forcing = {(n, v) for n, v, t in VARIANTS if v in t.memory_forcing}
+    assert forcing == {("coordinate_binding", "memory_forcing"), ("occlusion", "memory_forcing"),
+                       ("map_building", "memory_forcing"), ("map_building", "cells_memory_forcing")}
+    for name, variant, task in VARIANTS:
+        assert task.forces_memory(task.options()) == ((name, variant) in forcing)
+        assert task.forces_memory({**task.options(), "n_frames": 4}) == ((name, variant) in forcing)  # sizes aside
 
 
 def cut(blocked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, C) of an (S, S) mask: the rows with a blocked edge, and the columns blocked for any of them."""
     return blocked.any(1), blocked.any(0)
-
-
-@pytest.mark.parametrize("name,options,levels", FORCING, ids=[variant_id(n, o) for n, o, _ in FORCING])
-def test_memory_forcing_cuts_later_tokens_from_earlier_ones(name, options, levels):
-    task = get_task(name, **options)
-    backbone = get_backbone("base", d_model=16, n_layers=2, n_heads=2, dropout=0.0).eval()
-    n_cut = 0
-    for level in levels:
-        batch = task.sample(task.validate_level(level), 4, torch.Generator().manual_seed(0))
-        adapter = task.make_adapter(16)
-        x = adapter(batch).detach()
-        blocked = adapter.blocked(batch)
-        assert blocked is not None and blocked.shape == (x.shape[1], x.shape[1])
-        if not blocked.any():  # e.g. occlusion_len 0: nothing hidden, nothing to cut
-            continue
-        n_cut += 1
-        R, C = cut(blocked)
-        assert torch.equal(blocked, R[:, None] & C[None, :]), "the blocked edges are not the rectangle R x C"
-        assert C.nonzero().max() < R.nonzero().min(), "a blocked column is not earlier than every blocked row"
-        # Through attention alone (the plain transformer), the rows R cannot see the inputs at C ...
-        x2 = x.clone()
-        x2[:, C] = torch.randn(x.shape[0], int(C.sum()), x.shape[2])
-        with torch.no_grad():
-            assert torch.equal(backbone(x, blocked)[:, R], backbone(x2, blocked)[:, R]), level
-            # ... which they do see without the mask, so the check above can fail.
-            assert not torch.equal(backbone(x, None)[:, R], backbone(x2, None)[:, R]), level
-    assert n_cut, f"no level of {levels} blocks any edge"
 
 
 @pytest.mark.parametrize("length", [0, 1, 2, 3])
@@ -262,26 +116,6 @@ def test_block_queries_cuts_every_query_from_every_observation(encoding, n_queri
     assert torch.equal(C, torch.arange(S) < n_obs), "C is not every observation token"
 
 
-@pytest.mark.parametrize("length", [1, 2, 3])
-def test_block_hidden_leaves_attention_a_constant_readout(length):
-    """Chance by construction: the rows that the head reads see only blank frames, the same in every sample."""
-    task = occlusion.Occlusion(n_frames=4, hide="end", block_hidden=True)
-    batch = task.sample({"occlusion_len": length}, 16, torch.Generator().manual_seed(0))
-    adapter = task.make_adapter(16)
-    backbone = get_backbone("base", d_model=16, n_layers=2, n_heads=2, dropout=0.0).eval()
-    blocked = adapter.blocked(batch)
-    R, _ = cut(blocked)
-    with torch.no_grad():
-        x = adapter(batch)
-        assert torch.equal(x[:, R], x[:1, R].expand_as(x[:, R])), "hidden-frame inputs differ across the batch"
-        assert not torch.equal(x[:, ~R], x[:1, ~R].expand_as(x[:, ~R]))  # the visible frames do differ
-        assert batch["target"].unique().numel() > 1  # so a constant readout is not always right
-        logits = adapter.head(backbone(x, blocked), batch)  # (B, 1, 4)
-        unmasked = adapter.head(backbone(x, None), batch)
-    assert (logits - logits[:1]).abs().max() < 1e-6, "an attention-only readout depends on the sample"
-    assert (unmasked - unmasked[:1]).abs().max() > 1e-4  # without the mask it does, so the check can fail
-
-
 @pytest.mark.parametrize("options", [
     {"block_hidden": True},  # hide defaults to "middle"
     {"hide": "middle", "block_hidden": True},
@@ -296,23 +130,6 @@ def test_block_hidden_is_an_option_only_when_true():
     plain = occlusion.Occlusion(hide="end").options()
     assert "block_hidden" not in plain and occlusion.Occlusion(hide="end", block_hidden=False).options() == plain
     assert occlusion.Occlusion(hide="end", block_hidden=True).options() == {**plain, "block_hidden": True}
-
-
-@pytest.mark.parametrize("name,options", ALL_VARIANTS, ids=ALL_VARIANT_IDS)
-def test_options_round_trip(name, options):
-    task = get_task(name, **options)
-    again = get_task(name, **task.options())
-    assert again.options() == task.options()
-    assert all(task.options()[k] == v for k, v in options.items() if v is not False), "an option is not recorded"
-    # The recorded options rebuild the same task: the same data, tokens and mask.
-    level = profile_levels(name)[-1]
-    a = task.sample(level, 4, torch.Generator().manual_seed(0))
-    b = again.sample(level, 4, torch.Generator().manual_seed(0))
-    assert fingerprint(a) == fingerprint(b)
-    adapter_a, adapter_b = task.make_adapter(16), again.make_adapter(16)
-    assert adapter_a(a).shape == adapter_b(b).shape
-    mask_a, mask_b = adapter_a.blocked(a), adapter_b.blocked(b)
-    assert (mask_a is None and mask_b is None) or torch.equal(mask_a, mask_b)
 
 
 ENV_IDS = [i for i in gymnasium.registry if i.startswith("tmem_bench/")]

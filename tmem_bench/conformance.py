@@ -1,4 +1,4 @@
-"""The checks every backbone must pass before its numbers mean anything.
+"""The checks every backbone must pass before its numbers mean anything (a task's: conformance_tasks).
 
 Each check is a function `check_x(factory, spec) -> CheckResult` that builds what
 it needs from the registered factory at the sizes of `spec`, so `tmem-bench
@@ -65,7 +65,7 @@ def query_blocked(seq_len: int) -> torch.Tensor:
     return blocked
 
 
-def _guarded(name: str, body: Callable[[], tuple[bool, str]]) -> CheckResult:
+def guarded(name: str, body: Callable[[], tuple[bool, str]]) -> CheckResult:
     try:
         passed, detail = body()
     except Exception as e:  # noqa: BLE001 - any crash in the model under test is that check's failure
@@ -79,7 +79,7 @@ def check_builds(factory: Callable, spec: Spec) -> CheckResult:
         if not isinstance(model, nn.Module):
             return False, f"the factory returned {type(model).__name__}, not a torch.nn.Module"
         return True, f"{type(model).__name__}(d_model={spec.d_model}, n_layers={spec.n_layers}, n_heads={spec.n_heads})"
-    return _guarded("builds", body)
+    return guarded("builds", body)
 
 
 def check_forward(factory: Callable, spec: Spec) -> CheckResult:
@@ -98,7 +98,7 @@ def check_forward(factory: Callable, spec: Spec) -> CheckResult:
                 if not torch.isfinite(y).all():
                     return False, f"non-finite output ({where})"
         return True, f"(B, S, d) = {want} in train and eval mode, with and without blocked"
-    return _guarded("forward", body)
+    return guarded("forward", body)
 
 
 def check_gradients(factory: Callable, spec: Spec) -> CheckResult:
@@ -112,7 +112,7 @@ def check_gradients(factory: Callable, spec: Spec) -> CheckResult:
         if dead:
             return False, f"parameters without gradient: {', '.join(dead)}"
         return True, f"all {len(trainable)} parameter tensors"
-    return _guarded("gradients", body)
+    return guarded("gradients", body)
 
 
 def _probe(factory: Callable, spec: Spec, blocked: torch.Tensor | None) -> tuple[bool, str]:
@@ -127,12 +127,12 @@ def _probe(factory: Callable, spec: Spec, blocked: torch.Tensor | None) -> tuple
 
 
 def check_causal(factory: Callable, spec: Spec) -> CheckResult:
-    return _guarded("causal", lambda: _probe(factory, spec, None))
+    return guarded("causal", lambda: _probe(factory, spec, None))
 
 
 def check_causal_blocked(factory: Callable, spec: Spec) -> CheckResult:
     """Causal also under a task's blocked edges (which may remove attention, never add it)."""
-    return _guarded("causal_blocked", lambda: _probe(factory, spec, query_blocked(spec.seq_len)))
+    return guarded("causal_blocked", lambda: _probe(factory, spec, query_blocked(spec.seq_len)))
 
 
 def check_causal_trained(factory: Callable, spec: Spec) -> CheckResult:
@@ -161,7 +161,7 @@ def check_causal_trained(factory: Callable, spec: Spec) -> CheckResult:
                 largest = max(largest, result["max_past_change"])
         return True, (f"causal after {TRAIN_STEPS} AdamW steps in eval and train mode, with and without blocked "
                       f"(max change before the perturbed position {largest:.2g})")
-    return _guarded("causal_trained", body)
+    return guarded("causal_trained", body)
 
 
 def check_deterministic(factory: Callable, spec: Spec) -> CheckResult:
@@ -183,7 +183,7 @@ def check_deterministic(factory: Callable, spec: Spec) -> CheckResult:
         if torch.equal(a(inputs(spec, seed=5)), a(inputs(spec, seed=6))):
             return False, "different inputs give the same output"
         return True, "same seed, same weights and outputs"
-    return _guarded("deterministic", body)
+    return guarded("deterministic", body)
 
 
 def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
@@ -203,7 +203,7 @@ def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
                 return False, f"claims fixed_state but its state grows: {shown}"
             return True, f"fixed: {sizes[0]:,} bytes at every length"
         return True, f"{shown} bytes"
-    return _guarded("state_size", body)
+    return guarded("state_size", body)
 
 
 @functools.cache
@@ -235,7 +235,7 @@ def check_parameters(factory: Callable, spec: Spec) -> CheckResult:
         if count <= 0:
             return False, "no parameters"
         return True, f"{count:,}"
-    return _guarded("parameters", body)
+    return guarded("parameters", body)
 
 
 CHECKS = (
