@@ -21,7 +21,8 @@ from tmem_bench.errors import UsageError
 from tmem_bench.executors import ExecutorOptions, usable
 from tmem_bench.plan import Overrides, make_plan
 from tmem_bench.report.data import load_run
-from tmem_bench.results import failed_path, load_cells, read_cell
+from tmem_bench.results import read_cell
+from tmem_bench.rundir import RunDir
 from tmem_bench.runner import run_plan
 
 SWEEP = """
@@ -91,7 +92,7 @@ def quiet() -> Console:
 
 def numbers(run_dir: Path) -> dict:
     """Cell id -> the numbers that must not depend on the executor."""
-    results, errors = load_cells(run_dir)
+    results, errors = RunDir(run_dir).load_cells()
     assert errors == []
     return {r["cell_id"]: ([e["accuracy"] for e in r["eval"]], [h["loss"] for h in r["history"]]) for r in results}
 
@@ -123,7 +124,7 @@ def test_a_local_process_pool_gives_the_serial_numbers(sweep, tmp_path):
     assert numbers(tmp_path / "run") == reference
     out = console.file.getvalue()
     assert "local pool of 2 worker(s), 1 thread(s) each" in out and out.count("done coordinate_binding") == 4
-    assert {r["torch_threads"] for r in load_cells(tmp_path / "run")[0]} == {1}
+    assert {r["torch_threads"] for r in RunDir(tmp_path / "run").load_cells()[0]} == {1}
     assert json.loads((tmp_path / "run" / "jobs.json").read_text())["executor"] == "local"
 
 
@@ -264,19 +265,19 @@ def test_a_failing_cell_is_retried_recorded_and_reported_while_the_others_finish
     run_dir = tmp_path / "run"
     (flaky,) = [c for c in make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}, seeds=[0]))
                 if c.label == "flaky"]
-    record = json.loads(failed_path(run_dir, flaky.id).read_text())
+    record = json.loads(RunDir(run_dir).failed_path(flaky.id).read_text())
     assert record["attempts"] == 3 and record["error"] == "RuntimeError: the plugin broke in training"
     assert "flaky_plugin.py" in record["traceback"] and record["cell"]["label"] == "flaky"
-    assert [r["cell"]["label"] for r in load_cells(run_dir)[0]] == ["base"]  # the other cell finished
+    assert [r["cell"]["label"] for r in RunDir(run_dir).load_cells()[0]] == ["base"]  # the other cell finished
     with pytest.raises(ValueError):
-        read_cell(failed_path(run_dir, flaky.id))  # never taken for a finished cell
+        read_cell(RunDir(run_dir).failed_path(flaky.id))  # never taken for a finished cell
     problems = load_run(run_dir).problems
     assert len(problems) == 1 and f"cell {flaky.id}" in problems[0] and "FAILED after 3 attempt(s)" in problems[0]
 
     monkeypatch.delenv("TMEM_TEST_FAIL")
     assert main(args) == 0
     assert "resuming: 1 of 2 cells already finished" in capsys.readouterr().err
-    assert not failed_path(run_dir, flaky.id).exists() and len(load_cells(run_dir)[0]) == 2
+    assert not RunDir(run_dir).failed_path(flaky.id).exists() and len(RunDir(run_dir).load_cells()[0]) == 2
     assert load_run(run_dir).problems == []
 
 
@@ -294,7 +295,7 @@ def test_a_dead_worker_fails_only_its_cell_and_the_pool_is_rebuilt_for_the_other
     assert main(args) == 1
     err = capsys.readouterr().err
     run_dir = tmp_path / "run"
-    assert sorted(r["cell"]["label"] for r in load_cells(run_dir)[0]) == ["base", "base"]
+    assert sorted(r["cell"]["label"] for r in RunDir(run_dir).load_cells()[0]) == ["base", "base"]
     records = [json.loads(p.read_text()) for p in (run_dir / "failed").glob("*.json")]
     assert sorted(r["cell"]["seed"] for r in records) == [0, 1]
     for record in records:

@@ -485,8 +485,8 @@ def test_report_submit_and_build_in_a_read_only_folder_are_one_line(tmpfs, finis
 
 def test_report_refuses_a_run_directory_another_process_holds(finished_run, tmp_path):
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    hold = ("import sys, time\nfrom tmem_bench.rundir import run_lock\n"
-            "with run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)\n")
+    hold = ("import sys, time\nfrom tmem_bench.rundir import RunDir\n"
+            "with RunDir(sys.argv[1]).lock():\n    print('held', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", hold, "run"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -512,13 +512,13 @@ def test_a_report_killed_midway_leaves_a_staging_folder_the_next_report_removes(
 
 def test_jobs_names_a_driver_only_while_it_runs(finished_run, tmp_path, capsys):
     from tmem_bench.cli import main
-    from tmem_bench.rundir import run_lock
+    from tmem_bench.rundir import RunDir
 
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
     pid = json.loads((tmp_path / "run" / "jobs.json").read_text())["driver"]["pid"]
     assert main(["jobs", str(tmp_path / "run")]) == 0
     assert f"serial executor: no driver is running; the last one was process {pid}" in capsys.readouterr().out
-    with run_lock(tmp_path / "run"):
+    with RunDir(tmp_path / "run").lock():
         assert main(["jobs", str(tmp_path / "run")]) == 0
         assert "the cells run under their driver" in capsys.readouterr().out
         assert main(["jobs", str(tmp_path / "run"), "--cancel"]) == 2

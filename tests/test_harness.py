@@ -7,7 +7,7 @@ import tmem_bench
 from tmem_bench import runner
 from tmem_bench.errors import UsageError
 from tmem_bench.plan import Overrides, make_plan
-from tmem_bench.results import cell_path
+from tmem_bench.rundir import RunDir
 from tmem_bench.train import run_cell
 
 TINY = Overrides(models=["base"], levels={"n_writes": [3, 5]}, steps=4, batch_size=8)
@@ -72,8 +72,8 @@ def test_resume_skips_finished_cells_and_reruns_a_killed_one(tmp_path, monkeypat
     monkeypatch.setattr(runner, "train_cell", killed_on_second)
     with pytest.raises(KeyboardInterrupt):
         runner.run_plan(cells, tmp_path, device="cpu")
-    assert cell_path(tmp_path, cells[0].id).exists()
-    assert not cell_path(tmp_path, cells[1].id).exists()
+    assert RunDir(tmp_path).cell_path(cells[0].id).exists()
+    assert not RunDir(tmp_path).cell_path(cells[1].id).exists()
     assert not list((tmp_path / "cells").glob(".*tmp"))
 
     calls.clear()
@@ -82,13 +82,13 @@ def test_resume_skips_finished_cells_and_reruns_a_killed_one(tmp_path, monkeypat
     assert calls == [cells[1].id]
     assert {r["cell_id"] for r in results} == {c.id for c in cells}
 
-    cell_path(tmp_path, cells[0].id).write_text('{"cell_id": "trunc')  # a torn file is not a finished cell
+    RunDir(tmp_path).cell_path(cells[0].id).write_text('{"cell_id": "trunc')  # a torn file is not a finished cell
     calls.clear()
     runner.run_plan(cells, tmp_path, device="cpu")
     assert calls == [cells[0].id]
 
     table = pd.read_csv(tmp_path / "results.csv")
-    assert len(table) == 4 and set(table["model"]) == {"base"}
+    assert len(table) == 4 and set(table["label"]) == {"base"}
     assert len(tmem_bench.load_results(tmp_path)) == 4
 
 

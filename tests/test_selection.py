@@ -11,7 +11,8 @@ from tmem_bench.model import TaskModel
 from tmem_bench.plan import Overrides, load_profile, make_plan, plan_run, plan_task_searches, profile_names
 from tmem_bench.reach import reach_probe
 from tmem_bench.registry import get_backbone, get_task, task_names
-from tmem_bench.results import cell_path, load_weights, read_cell, weights_path
+from tmem_bench.results import load_weights, read_cell
+from tmem_bench.rundir import RunDir
 from tmem_bench.runner import run_plan
 from tmem_bench.selection import choose
 from tmem_bench.task import MAX_TRAIN_SEED, SEED_BITS
@@ -202,7 +203,7 @@ def test_a_grid_run_selects_then_trains_the_remaining_seeds_and_resumes(tmp_path
     lr = selection[0]["chosen_lr"]
     final = plan.searches[0].finals(lr)[0]
     assert {r["cell_id"] for r in results} == {c.id for c in plan.cells} | {final.id}
-    assert read_cell(cell_path(run_dir, final.id))["cell"]["train"]["lr"] == lr
+    assert RunDir(run_dir).read_cell(final.id)["cell"]["train"]["lr"] == lr
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [c["id"] for c in manifest["cells"] if c.get("after_selection")] == [final.id]
     table = (run_dir / "results.csv").read_text()
@@ -216,10 +217,10 @@ def test_every_cell_saves_weights_that_reproduce_its_accuracy(tmp_path):
     cell = make_plan("coordinate_binding", write_profile(tmp_path, PROFILE.format(lr="1e-3", extra="")),
                      Overrides(models=["linear"], seeds=[0]))[0]
     run_plan([cell], tmp_path / "run", device="cpu")
-    result = read_cell(cell_path(tmp_path / "run", cell.id))
+    result = RunDir(tmp_path / "run").read_cell(cell.id)
     model = build_model(cell)
     torch.manual_seed(123)  # weights come from the file, not from the seed
-    load_weights(weights_path(tmp_path / "run", cell.id), model)
+    load_weights(RunDir(tmp_path / "run").weights_path(cell.id), model)
     task = get_task(cell.task, **cell.task_options)
     for ev in result["eval"]:
         accuracy, _ = evaluate(model, task.eval_set(ev["level"], cell.train["eval_size"])[0], torch.device("cpu"))
@@ -227,7 +228,7 @@ def test_every_cell_saves_weights_that_reproduce_its_accuracy(tmp_path):
     other = build_model(plan_task_searches("coordinate_binding", load_profile("quick"),
                                            Overrides(models=["base"])).cells[0])
     with pytest.raises(ValueError, match="does not fit"):
-        load_weights(weights_path(tmp_path / "run", cell.id), other)
+        load_weights(RunDir(tmp_path / "run").weights_path(cell.id), other)
 
 
 def test_a_model_entry_may_carry_its_own_training_settings(tmp_path):

@@ -17,9 +17,9 @@ def register_envs() -> None:
 
 def load_results(run_dir):
     """The results table of a run directory (one row per cell and evaluation level)."""
-    from .results import load_results as _load
+    from .rundir import RunDir
 
-    return _load(run_dir)
+    return RunDir(run_dir).table()
 
 
 register_envs()

@@ -5,14 +5,13 @@ Every executor maps one picklable cell function over plain-data jobs (a cell's s
 run directory's path, never a model or a tensor) and yields `(job, outcome)` as cells finish,
 and `None` while it waits so that the driver can refresh its display. A worker that dies, a
 job the scheduler ends or a lost node becomes a failed outcome here; retries, failure records
-and progress are the driver's (runner.py), so every executor behaves the same.
+and progress are the driver's (runner.py), so every executor behaves the same; the run directory's
+files, jobs.json included, are rundir.py's.
 """
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import importlib.util
-import json
 import multiprocessing
 import os
 import shutil
@@ -24,20 +23,15 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import UsageError, check_float, check_int
-from .results import write_json
-from .rundir import LOCK_NAME
+from .rundir import RunDir
 
 EXECUTORS = ("serial", "local", "ray", "slurm")
 EXTRAS = {"ray": "ray", "slurm": "submitit"}  # executor -> the package its extra installs
 CLUSTERS = ("slurm", "local")
 TICK_S = 0.5
-JOBS_FILE = "jobs.json"
-SUBMITIT_FOLDER = "slurm"
 LIVE_SLURM_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED")
 
 Outcome = dict
@@ -395,13 +389,14 @@ class SubmititJobs(Executor):
     name = "slurm"
     slots = None
 
-    def __init__(self, run_dir: Path, o: ExecutorOptions):
+    def __init__(self, run_dir: RunDir, o: ExecutorOptions):
         import submitit
 
         self.submitit, self.cluster = submitit, o.slurm_cluster
         # Inside the run directory: Slurm's nodes must see the pickled jobs and write their logs to a
         # filesystem the driver shares, which the run directory has to be anyway.
-        self.folder = Path(run_dir) / SUBMITIT_FOLDER
+        self.run_dir = RunDir(run_dir)
+        self.folder = self.run_dir.slurm_folder
         self.executor = submitit.AutoExecutor(folder=self.folder, cluster=o.slurm_cluster)
         self.cpus, self.gpus = o.cpus_per_cell or 1, int(o.gpus_per_cell or 0)
         self.threads = self.cpus
@@ -416,7 +411,6 @@ class SubmititJobs(Executor):
             if o.workers:
                 parameters["slurm_array_parallelism"] = o.workers
         self.executor.update_parameters(**parameters)
-        self.run_dir = Path(run_dir)
         self.submitted: list[dict] = []
         self.earlier = self._live_earlier_jobs()
 
@@ -437,7 +431,7 @@ class SubmititJobs(Executor):
                 pending.append((self.submitit.SlurmJob(folder=self.folder, job_id=adopted[job["cell_id"]]), job))
         self.submitted += [{"cell": job["cell_id"], "job": h.job_id} for h, job in pending]
         self.earlier = {}
-        write_jobs_record(self.run_dir, self)
+        self.run_dir.write_jobs(self)
         while pending:
             finished = [(h, job) for h, job in pending if h.done()]
             if not finished:
@@ -469,10 +463,10 @@ class SubmititJobs(Executor):
 
     def record(self) -> dict:
         earlier = [{"cell": cell, "job": job} for cell, job in self.earlier.items()]
-        return {"cluster": self.cluster, "folder": SUBMITIT_FOLDER, "jobs": earlier + self.submitted}
+        return {"cluster": self.cluster, "folder": self.folder.name, "jobs": earlier + self.submitted}
 
 
-def make_executor(o: ExecutorOptions, run_dir: Path, device: str) -> Executor:
+def make_executor(o: ExecutorOptions, run_dir: RunDir, device: str) -> Executor:
     if o.kind == "local":
         gpus = 0
         if device in ("auto", "cuda"):
@@ -487,29 +481,12 @@ def make_executor(o: ExecutorOptions, run_dir: Path, device: str) -> Executor:
     return Executor(o.cpus_per_cell)
 
 
-def write_jobs_record(run_dir: Path, executor: Executor) -> None:
-    """Who runs this run's cells, so that `tmem-bench jobs` can list and cancel them from anywhere."""
-    write_json(Path(run_dir) / JOBS_FILE, {
-        "executor": executor.name,
-        "driver": {"pid": os.getpid(), "host": socket.gethostname(),
-                   "since": datetime.now(timezone.utc).isoformat()},
-        **executor.record(),
-    })
-
-
-def read_jobs_record(run_dir: Path) -> dict:
-    path = Path(run_dir) / JOBS_FILE
-    if not Path(run_dir).is_dir():
-        raise UsageError(f"run directory {str(run_dir)!r} does not exist")
-    if not path.is_file():
-        raise UsageError(f"{str(run_dir)!r} has no {JOBS_FILE}: no executor has run cells there yet")
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path} is unreadable: {e}") from None
+def read_jobs_record(run_dir: RunDir) -> dict:
+    """The run's jobs.json, checked; a UsageError naming what is wrong."""
+    record = run_dir.jobs()
     problem = _record_problem(record)
     if problem:
-        raise UsageError(f"{path} is not a jobs record tmem-bench wrote: {problem}")
+        raise UsageError(f"{run_dir.jobs_path} is not a jobs record tmem-bench wrote: {problem}")
     return record
 
 
@@ -534,31 +511,16 @@ def _record_problem(record) -> str | None:
     return None
 
 
-def driver_running(run_dir: Path) -> bool:
-    """Whether a driver holds the run directory's lock now (the kernel drops it when the driver dies)."""
-    try:
-        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also releases the shared lock, at once
-    return False
-
-
-def job_states(run_dir: Path, record: dict) -> list[dict]:
+def job_states(run_dir: RunDir, record: dict) -> list[dict]:
     """Each recorded job with the scheduler's state of it (the latest job of each cell)."""
     latest = {j["cell"]: j["job"] for j in record.get("jobs", [])}
     rows = []
     for cell, job_id in latest.items():
-        rows.append({"cell": cell, "job": job_id, "state": _state(Path(run_dir), record, job_id)})
+        rows.append({"cell": cell, "job": job_id, "state": _state(run_dir, record, job_id)})
     return rows
 
 
-def _state(run_dir: Path, record: dict, job_id: str) -> str:
+def _state(run_dir: RunDir, record: dict, job_id: str) -> str:
     if record.get("cluster") == "local":
         try:
             os.kill(int(job_id), 0)
@@ -569,10 +531,10 @@ def _state(run_dir: Path, record: dict, job_id: str) -> str:
             return "RUNNING"
     import submitit
 
-    return submitit.SlurmJob(folder=run_dir / record["folder"], job_id=job_id).state
+    return submitit.SlurmJob(folder=run_dir.path / record["folder"], job_id=job_id).state
 
 
-def cancel_jobs(run_dir: Path, record: dict, rows: list[dict]) -> list[str]:
+def cancel_jobs(run_dir: RunDir, record: dict, rows: list[dict]) -> list[str]:
     """Cancel the live jobs among `rows`; their ids."""
     live = [r["job"] for r in rows if r["state"].split()[0] in LIVE_SLURM_STATES]
     if record.get("cluster") == "local":
@@ -584,5 +546,5 @@ def cancel_jobs(run_dir: Path, record: dict, rows: list[dict]) -> list[str]:
     import submitit
 
     for job_id in live:
-        submitit.SlurmJob(folder=run_dir / record["folder"], job_id=job_id).cancel(check=False)
+        submitit.SlurmJob(folder=run_dir.path / record["folder"], job_id=job_id).cancel(check=False)
     return live

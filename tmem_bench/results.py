@@ -1,4 +1,5 @@
-"""Cell results on disk: atomic JSON files, and the results table built from them."""
+"""Cell results as files and as rows: the atomic writer, a cell file read and checked, weights, and
+the results table. Where each file lies in a run directory is rundir.py's."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .levels import level_key
 from .schema import describe, violations
 
 
@@ -47,15 +49,6 @@ def write_json(path: Path, obj) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
-def cell_path(run_dir: Path, cell_id: str) -> Path:
-    return Path(run_dir) / "cells" / f"{cell_id}.json"
-
-
-def weights_path(run_dir: Path, cell_id: str) -> Path:
-    """The trained backbone and adapter weights of a cell (safetensors), beside its result."""
-    return Path(run_dir) / "cells" / f"{cell_id}.safetensors"
-
-
 def write_weights(path: Path, module, cell_id: str) -> None:
     import safetensors.torch  # here, not at the top: reading results needs no torch
 
@@ -82,23 +75,6 @@ def load_weights(path: Path, module) -> None:
                          f"{str(e).splitlines()[0]}") from None
 
 
-def failed_path(run_dir: Path, cell_id: str) -> Path:
-    """Where a cell that kept failing is recorded: outside cells/, so nothing takes it for a result."""
-    return Path(run_dir) / "failed" / f"{cell_id}.json"
-
-
-def read_failures(run_dir: Path) -> dict[str, dict]:
-    """Cell id -> its failure record (error, traceback, attempts), for every readable record."""
-    failures = {}
-    for path in sorted((Path(run_dir) / "failed").glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            record = {"error": f"failed/{path.name} is unreadable"}
-        failures[path.stem] = record if isinstance(record, dict) else {"error": f"failed/{path.name} is malformed"}
-    return failures
-
-
 def read_cell(path: Path) -> dict:
     """A stored cell result, checked against the cell schema; ValueError names the file and
     what is wrong when it is unreadable, incomplete or malformed."""
@@ -117,28 +93,6 @@ def read_cell(path: Path) -> dict:
     return result
 
 
-def load_cells(run_dir: Path, checks=()) -> tuple[list[dict], list[str]]:
-    """All readable cell results of a run, and one error line per unreadable file.
-
-    Each of `checks` (functions of a result) must parse it too, so that a malformed
-    file is named here instead of failing its reader later.
-    """
-    results, errors = [], []
-    for path in sorted((Path(run_dir) / "cells").glob("*.json")):
-        try:
-            result = read_cell(path)
-            for check in (rows, *checks):
-                check(result)
-        except ValueError as e:
-            errors.append(str(e))
-            continue
-        except (KeyError, TypeError, AttributeError) as e:
-            errors.append(f"cell file cells/{path.name} is incomplete ({type(e).__name__}: {e})")
-            continue
-        results.append(result)
-    return results, errors
-
-
 def _mean_gate(gates: dict | None) -> float | None:
     return sum(gates.values()) / len(gates) if gates else None
 
@@ -152,10 +106,10 @@ def rows(result: dict) -> list[dict]:
             "cell_id": result["cell_id"],
             "task": cell["task"],
             "variant": cell["variant"],
-            "model": cell["label"],
-            "backbone": cell["model"],
+            "label": cell["label"],
+            "model": cell["model"],
             "seed": cell["seed"],
-            "train_level": ",".join(f"{k}={v}" for k, v in cell["train_level"].items()) or "-",
+            "train_level": level_key(cell["train_level"]),
             "level": ev["level_key"],
             "trained_at_level": ev["level"] == cell["train_level"],
             "accuracy": ev["accuracy"],
@@ -190,18 +144,6 @@ def rows(result: dict) -> list[dict]:
     return out
 
 
-def read_selection(run_dir: Path) -> list[dict]:
-    """The learning-rate searches of a run (selection.json), or none."""
-    path = Path(run_dir) / "selection.json"
-    try:
-        searches = json.loads(path.read_text()).get("searches", [])
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
-        raise ValueError(f"selection.json is unreadable: {e}") from None
-    return searches if isinstance(searches, list) else []
-
-
 def results_table(results: list[dict], selection: list[dict] = ()) -> pd.DataFrame:
     """One row per cell and evaluation level; with a run's learning-rate searches, each cell of a
     search also gets its grid (`lr_grid`) and the lr chosen on validation data (`lr_chosen`)."""
@@ -211,8 +153,3 @@ def results_table(results: list[dict], selection: list[dict] = ()) -> pd.DataFra
         for cid in [t["cell_id"] for t in search.get("trials", [])] + search.get("final_cells", []):
             chosen[cid] = {"lr_grid": grid, "lr_chosen": search.get("chosen_lr")}
     return pd.DataFrame([{**row, **chosen.get(row["cell_id"], {})} for result in results for row in rows(result)])
-
-
-def load_results(run_dir) -> pd.DataFrame:
-    results, _ = load_cells(Path(run_dir))
-    return results_table(results, read_selection(run_dir))

@@ -1,9 +1,21 @@
-"""The run directory as the single source of truth: one writer at a time, one plan per
-directory, nothing left half-written.
+"""The run directory: the one owner of its layout, and the only code that reads or writes its files.
 
-The lock is an advisory `flock` on `.lock`, which the kernel releases when its process
-dies however it dies, so a killed run never blocks the next one; the file keeps the
-holder's PID, host and start time to name it in the message a second writer gets.
+    .lock                one writer at a time (below)
+    manifest.json        the plan: its settings and every planned cell, those planned once a
+                         learning-rate selection chose their lr marked `after_selection`
+    cells/<id>.json      a finished cell's result; cells/<id>.safetensors, its weights, is written first
+    failed/<id>.json     a cell that kept failing: outside cells/, so nothing takes it for a result
+    selection.json       the learning-rate searches
+    jobs.json            who runs the cells: the executor, its driver and, on Slurm, the jobs
+    slurm/               submitit's job files and logs
+    results.csv          the table of every finished cell
+    report.md, figures/  the report, built in a .report-* staging folder and then moved into place
+
+Every file is written through the atomic writer, so no reader sees half of one; what a killed
+writer leaves (`.*.tmp` files, `.report-*` folders) is removed by the next holder of the lock.
+The lock is an advisory `flock` on `.lock`, which the kernel releases when its process dies
+however it dies, so a killed run never blocks the next one; the file keeps the holder's PID,
+host and start time to name it in the message a second writer gets.
 """
 from __future__ import annotations
 
@@ -11,109 +23,347 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import socket
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
+
 from .errors import UsageError
-
-LOCK_NAME = ".lock"
-
-
-def prepare_run_dir(run_dir: Path) -> Path:
-    """Create the run directory (or check the existing one) before anything is trained."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UsageError(f"--out {str(run_dir)!r} exists and is not a directory")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {str(run_dir)!r} cannot be created: {e.strerror}") from None
-    if not os.access(run_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {str(run_dir)!r} is not writable")
-    return run_dir
+from .results import read_cell, results_table, rows, write_atomic, write_json, write_weights
 
 
-@contextlib.contextmanager
-def run_lock(run_dir: Path, say=print):
-    """Hold the run directory's lock for the duration of the block; a second holder is refused."""
-    path = Path(run_dir) / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+def _me() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(timezone.utc).isoformat()}
+
+
+class RunDir:
+    """A run directory at `path`. Making one checks nothing and writes nothing (workers make their
+    own from the path they are given); `create` and `existing` are the checks a command makes."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.manifest_path = self.path / "manifest.json"
+        self.selection_path = self.path / "selection.json"
+        self.jobs_path = self.path / "jobs.json"
+        self.table_path = self.path / "results.csv"
+        self.report_path = self.path / "report.md"
+        self.slurm_folder = self.path / "slurm"
+        self._lock_path = self.path / ".lock"
+        self._manifest: dict | None = None  # what this process last wrote to manifest.json
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @classmethod
+    def create(cls, path) -> RunDir:
+        """Create the run directory (or check the existing one) before anything is trained."""
+        run_dir = cls(path)
+        if run_dir.path.exists() and not run_dir.path.is_dir():
+            raise UsageError(f"--out {str(path)!r} exists and is not a directory")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"run directory {str(run_dir)!r} is in use by {_holder(path)}; "
-                             "wait for it to finish or stop it, then rerun to resume") from None
-        previous = _read_holder(path)
-        if previous:
-            say(f"taking over the lock of an earlier run that ended without releasing it "
-                f"(pid {previous.get('pid')} on {previous.get('host')})")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": datetime.now(timezone.utc).isoformat()}).encode(), 0)
+            run_dir.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--out {str(path)!r} cannot be created: {e.strerror}") from None
+        if not os.access(run_dir.path, os.W_OK | os.X_OK):
+            raise UsageError(f"--out {str(path)!r} is not writable")
+        return run_dir
+
+    @classmethod
+    def existing(cls, path) -> RunDir:
+        """A run directory to read, or a UsageError saying why `path` is none."""
+        run_dir = cls(path)
+        if not run_dir.path.exists():
+            raise UsageError(f"run directory {str(path)!r} does not exist")
+        if not run_dir.path.is_dir():
+            raise UsageError(f"run directory {str(path)!r} is not a directory")
+        if not run_dir.cells_folder.is_dir() and not run_dir.manifest_path.is_file():
+            raise UsageError(f"{str(path)!r} is not a run directory: it has neither manifest.json nor cells/")
+        return run_dir
+
+    # The layout of cells and failure records.
+
+    @property
+    def cells_folder(self) -> Path:
+        return self.path / "cells"
+
+    def cell_path(self, cell_id: str) -> Path:
+        return self.cells_folder / f"{cell_id}.json"
+
+    def weights_path(self, cell_id: str) -> Path:
+        """The trained backbone and adapter weights of a cell (safetensors), beside its result."""
+        return self.cells_folder / f"{cell_id}.safetensors"
+
+    def failed_path(self, cell_id: str) -> Path:
+        return self.path / "failed" / f"{cell_id}.json"
+
+    # One writer at a time.
+
+    @contextlib.contextmanager
+    def lock(self, say=print):
+        """Hold the run directory's lock for the duration of the block; a second holder is refused."""
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            yield
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(f"run directory {str(self.path)!r} is in use by {self._holder()}; "
+                                 "wait for it to finish or stop it, then rerun to resume") from None
+            previous = self._read_holder()
+            if previous:
+                say(f"taking over the lock of an earlier run that ended without releasing it "
+                    f"(pid {previous.get('pid')} on {previous.get('host')})")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(_me()).encode(), 0)
+            try:
+                yield self
+            finally:
+                os.ftruncate(fd, 0)  # released cleanly: an empty lock file names no earlier holder
         finally:
-            os.ftruncate(fd, 0)  # released cleanly: an empty lock file names no earlier holder
-    finally:
-        os.close(fd)  # closing releases the flock
+            os.close(fd)  # closing releases the flock
 
-
-def _read_holder(path: Path) -> dict | None:
-    try:
-        holder = json.loads(path.read_text() or "null")
-    except (OSError, json.JSONDecodeError):
-        return None
-    return holder if isinstance(holder, dict) else None
-
-
-def _holder(path: Path) -> str:
-    holder = _read_holder(path) or {}
-    return f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')})"
-
-
-def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Temporary files of the atomic writer left by a killed process (only the lock holder may call this)."""
-    stale = [p for folder in (run_dir, run_dir / "cells") for p in folder.glob(".*.tmp")]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
-def planned_cells(manifest) -> dict[str, str | None]:
-    """Planned cell id -> its description (None in manifests written before descriptions were stored)."""
-    entries = manifest.get("cells", []) if isinstance(manifest, dict) else []
-    if not isinstance(entries, list):
-        raise UsageError(f"manifest.json: 'cells' must be a list, got {type(entries).__name__}")
-    return dict((e["id"], e.get("describe")) if isinstance(e, dict) else (e, None) for e in entries)
-
-
-def plan_to_record(run_dir: Path, cells, settings: dict, append: bool) -> list[dict]:
-    """The planned cells the manifest is to hold: this plan's, and with `append` also those an
-    existing manifest plans. A different plan without `append` is a UsageError naming the
-    difference, so results of two plans never mix silently."""
-    ours = {c.id: c.describe() for c in cells}
-    path = Path(run_dir) / "manifest.json"
-    earlier: dict = {}
-    chosen: set = set()
-    if path.is_file():
+    def in_use(self) -> bool:
+        """Whether a process holds the lock now (the kernel drops it when that process dies)."""
         try:
-            manifest = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UsageError(f"{path} is unreadable ({e}); move it away or use another --out") from None
+            fd = os.open(self._lock_path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also releases the shared lock, at once
+        return False
+
+    def _read_holder(self) -> dict | None:
+        try:
+            holder = json.loads(self._lock_path.read_text() or "null")
+        except (OSError, json.JSONDecodeError):
+            return None
+        return holder if isinstance(holder, dict) else None
+
+    def _holder(self) -> str:
+        holder = self._read_holder() or {}
+        return f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')})"
+
+    def remove_stale(self) -> list[Path]:
+        """What a killed writer left: the atomic writer's temporary files and report staging
+        folders (only the lock holder may call this)."""
+        folders = (self.path, self.cells_folder, self.path / "failed")
+        stale = [p for folder in folders for p in folder.glob(".*.tmp")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        staging = list(self.path.glob(".report-*"))
+        for path in staging:
+            shutil.rmtree(path, ignore_errors=True)
+        return stale + staging
+
+    # The plan.
+
+    def manifest(self) -> dict | None:
+        """manifest.json, or None where there is none yet; a UsageError when it is unreadable."""
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise UsageError(f"manifest.json is unreadable ({e})") from None
         if not isinstance(manifest, dict):
-            raise UsageError(f"{path} is not a run manifest")
-        earlier = planned_cells(manifest)
+            raise UsageError("manifest.json is not a run manifest")
+        return manifest
+
+    @staticmethod
+    def planned(manifest: dict | None) -> dict[str, str | None]:
+        """Planned cell id -> its description (None in manifests written before descriptions were stored)."""
+        entries = manifest.get("cells", []) if isinstance(manifest, dict) else []
+        if not isinstance(entries, list):
+            raise UsageError(f"manifest.json: 'cells' must be a list, got {type(entries).__name__}")
+        return dict((e["id"], e.get("describe")) if isinstance(e, dict) else (e, None) for e in entries)
+
+    def begin(self, cells, manifest: dict, append: bool) -> None:
+        """Write manifest.json: `manifest`'s fields and the planned cells, this plan's and, with
+        `append`, those the existing manifest plans. A different plan without `append` is a
+        UsageError naming the difference, so results of two plans never mix silently."""
+        ours = {c.id: c.describe() for c in cells}
+        try:
+            earlier = self.manifest()
+        except UsageError as e:
+            raise UsageError(f"run directory {str(self.path)!r}: {e}; move it away or use another --out") from None
+        planned = self.planned(earlier)
         # Cells planned after a learning-rate selection follow from the others' results.
-        chosen = {e["id"] for e in manifest.get("cells", []) if isinstance(e, dict) and e.get("after_selection")}
-        if set(earlier) - chosen != set(ours) and not append:
-            old = manifest.get("settings") or {}
-            changed = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in sorted(set(old) | set(settings))
-                       if old.get(k) != settings.get(k)]
-            what = "; ".join(changed) or f"{len(set(earlier) ^ set(ours))} planned cells differ"
-            raise UsageError(f"run directory {str(run_dir)!r} holds another plan ({what}); "
+        chosen = {e["id"] for e in (earlier or {}).get("cells", []) if isinstance(e, dict) and e.get("after_selection")}
+        if earlier is not None and set(planned) - chosen != set(ours) and not append:
+            old, new = earlier.get("settings") or {}, manifest.get("settings") or {}
+            changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                       if old.get(k) != new.get(k)]
+            what = "; ".join(changed) or f"{len(set(planned) ^ set(ours))} planned cells differ"
+            raise UsageError(f"run directory {str(self.path)!r} holds another plan ({what}); "
                              "use another --out, or --append to add this plan's cells to it")
-    kept = [{"id": k, "describe": v, **({"after_selection": True} if k in chosen else {})}
-            for k, v in earlier.items() if k not in ours]
-    return kept + [{"id": k, "describe": v} for k, v in ours.items()]
+        kept = [{"id": k, "describe": v, **({"after_selection": True} if k in chosen else {})}
+                for k, v in planned.items() if k not in ours]
+        self._manifest = {**manifest, "cells": kept + [{"id": k, "describe": v} for k, v in ours.items()]}
+        write_json(self.manifest_path, self._manifest)
+
+    def add_after_selection(self, cells) -> None:
+        """Add to the manifest `begin` wrote the cells planned at the lrs a selection chose."""
+        known = {e["id"] for e in self._manifest["cells"]}
+        self._manifest["cells"] += [{"id": c.id, "describe": c.describe(), "after_selection": True}
+                                    for c in cells if c.id not in known]
+        write_json(self.manifest_path, self._manifest)
+
+    # Cell results.
+
+    def read_cell(self, cell_id: str) -> dict:
+        """A stored result, checked against the cell schema; ValueError names what is wrong."""
+        return read_cell(self.cell_path(cell_id))
+
+    def write_cell(self, cell_id: str, result: dict, model) -> None:
+        # Weights first: a cell file is the mark of a finished cell, so its weights are there too.
+        write_weights(self.weights_path(cell_id), model, cell_id)
+        write_json(self.cell_path(cell_id), result)
+
+    def stored(self) -> set[str]:
+        """The ids of the cells with a result file, readable or not."""
+        try:
+            names = os.listdir(self.cells_folder)
+        except FileNotFoundError:
+            return set()
+        return {name[:-5] for name in names if name.endswith(".json") and not name.startswith(".")}
+
+    def cell_mtime(self, cell_id: str) -> int | None:
+        try:
+            return self.cell_path(cell_id).stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    def unfinished(self, cells: list, say=print) -> list:
+        """The cells without a readable result; a failure record of a finished cell is removed."""
+        todo = []
+        for cell in cells:
+            if not self.cell_path(cell.id).exists():
+                todo.append(cell)
+                continue
+            try:
+                self.read_cell(cell.id)
+            except ValueError as e:  # left half-done by a killed run, or edited: never trusted
+                say(f"{e}; training it again")
+                todo.append(cell)
+        if len(todo) < len(cells):
+            say(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {self.path}")
+        waiting = {c.id for c in todo}
+        for cell in cells:
+            if cell.id not in waiting:
+                self.clear_failure(cell.id)  # finished after its failure was recorded
+        return todo
+
+    def load_cells(self, checks=()) -> tuple[list[dict], list[str]]:
+        """All readable cell results, and one error line per unreadable file.
+
+        Each of `checks` (functions of a result) must parse it too, so that a malformed
+        file is named here instead of failing its reader later.
+        """
+        results, errors = [], []
+        for cell_id in sorted(self.stored()):
+            name = f"cell file cells/{cell_id}.json"
+            try:
+                result = self.read_cell(cell_id)
+                for check in (rows, *checks):
+                    check(result)
+            except ValueError as e:
+                errors.append(str(e))
+                continue
+            except (KeyError, TypeError, AttributeError) as e:
+                errors.append(f"{name} is incomplete ({type(e).__name__}: {e})")
+                continue
+            results.append(result)
+        return results, errors
+
+    def cell_state(self, cell_id: str) -> str:
+        if self.cell_path(cell_id).exists():
+            return "finished"
+        return "failed" if self.failed_path(cell_id).exists() else "not finished"
+
+    # Cells that kept failing.
+
+    def record_failure(self, cell_id: str, record: dict) -> None:
+        write_json(self.failed_path(cell_id), record)
+
+    def clear_failure(self, cell_id: str) -> None:
+        self.failed_path(cell_id).unlink(missing_ok=True)
+
+    def failures(self) -> dict[str, dict]:
+        """Cell id -> its failure record (error, traceback, attempts), for every record."""
+        found = {}
+        for path in sorted((self.path / "failed").glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                record = {"error": f"failed/{path.name} is unreadable"}
+            found[path.stem] = record if isinstance(record, dict) else {"error": f"failed/{path.name} is malformed"}
+        return found
+
+    # Learning-rate selection.
+
+    def selection(self) -> list[dict]:
+        """The learning-rate searches (selection.json), or none; ValueError when it is unreadable."""
+        try:
+            searches = json.loads(self.selection_path.read_text()).get("searches", [])
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+            raise ValueError(f"selection.json is unreadable: {e}") from None
+        return searches if isinstance(searches, list) else []
+
+    def write_selection(self, searches: list[dict]) -> None:
+        write_json(self.selection_path, {"searches": searches})
+
+    # Who runs the cells.
+
+    def write_jobs(self, executor) -> None:
+        """Record `executor` (its name and record()) as running this run's cells, with this process as
+        its driver, so that `tmem-bench jobs` can list and cancel them from anywhere."""
+        write_json(self.jobs_path, {"executor": executor.name, "driver": _me(), **executor.record()})
+
+    def jobs(self):
+        """jobs.json as written (its fields are the executors' to check); a UsageError where there is none."""
+        if not self.path.is_dir():
+            raise UsageError(f"run directory {str(self.path)!r} does not exist")
+        if not self.jobs_path.is_file():
+            raise UsageError(f"{str(self.path)!r} has no {self.jobs_path.name}: no executor has run cells there yet")
+        try:
+            return json.loads(self.jobs_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise UsageError(f"{self.jobs_path} is unreadable: {e}") from None
+
+    # What is made from the cells.
+
+    def table(self) -> pd.DataFrame:
+        """The results table: one row per readable cell and evaluation level."""
+        return results_table(self.load_cells()[0], self.selection())
+
+    def write_table(self) -> None:
+        write_atomic(self.table_path, self.table().to_csv(index=False))
+
+    @contextlib.contextmanager
+    def report_staging(self):
+        """A fresh folder to build a report in, removed afterwards; `publish_report` moves its
+        report.md and figures/ into place."""
+        staging = Path(tempfile.mkdtemp(dir=self.path, prefix=".report-"))
+        try:
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def publish_report(self, staging: Path) -> None:
+        # Renames, so a reader sees the old figures or the new ones; the retired ones go with staging.
+        figures, retired = self.path / "figures", staging / "figures.old"
+        if figures.exists():
+            os.replace(figures, retired)
+        os.replace(staging / "figures", figures)
+        os.replace(staging / "report.md", self.report_path)

@@ -2,7 +2,6 @@
 then recorded, resume for free."""
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
@@ -17,18 +16,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from .errors import check_int
-from .executors import Executor, ExecutorOptions, failure, make_executor, usable, write_jobs_record
+from .executors import Executor, ExecutorOptions, failure, make_executor, usable
 from .plan import Cell, Plan, cell_from_dict
-from .results import (cell_path, failed_path, load_cells, read_cell, read_selection, results_table, weights_path,
-                      write_atomic, write_json, write_weights)
+from .rundir import RunDir
 from .selection import choose
-from .rundir import plan_to_record, prepare_run_dir, remove_stale_temporaries, run_lock
 from .train import resolve_device, train_cell
-
-
-def write_table(run_dir: Path) -> None:
-    results, _ = load_cells(run_dir)
-    write_atomic(run_dir / "results.csv", results_table(results, read_selection(run_dir)).to_csv(index=False))
 
 
 def command_as_typed(argv: list[str] | None = None, module: str | None = None) -> list[str]:
@@ -50,7 +42,7 @@ def command_as_typed(argv: list[str] | None = None, module: str | None = None) -
 
 def run_plan(
     cells: list[Cell] | Plan,
-    run_dir: Path,
+    run_dir: Path | RunDir,
     device: str = "auto",
     settings: dict | None = None,
     console: Console | None = None,
@@ -63,58 +55,56 @@ def run_plan(
     raises is tried `retries` more times, then recorded in failed/<id>.json. A plan's learning-rate
     searches run in two stages: their trials beside the fixed cells, then, once every trial of a
     search has a result, its remaining seeds at the lr chosen on validation data (recorded in
-    selection.json). The finished cells' results."""
+    selection.json). The finished cells' results. The executor options, `retries` and the run
+    directory are checked here, before anything is written."""
     console = console or Console(stderr=True)
     options = usable(executor)
     retries = check_int("--retries", retries, minimum=0)
-    run_dir = prepare_run_dir(Path(run_dir))
-    with run_lock(run_dir, say=console.print):
+    run_dir = RunDir.create(run_dir)
+    with run_dir.lock(say=console.print):
         plan = cells if isinstance(cells, Plan) else Plan(list(cells))
         return _run_locked(plan, run_dir, device, settings or {}, console, append, options, retries)
 
 
-def _run_locked(plan: Plan, run_dir: Path, device: str, settings: dict, console: Console,
+def _run_locked(plan: Plan, run_dir: RunDir, device: str, settings: dict, console: Console,
                 append: bool, options: ExecutorOptions, retries: int) -> list[dict]:
-    planned = plan_to_record(run_dir, plan.cells, settings, append)
-    for path in remove_stale_temporaries(run_dir) + _remove_stale_failure_temporaries(run_dir):
-        console.print(f"removed {path.name}, a temporary file left by a killed run")
-    manifest = {
+    run_dir.begin(plan.cells, {
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
         "command": command_as_typed(),
         "device": str(resolve_device(device)),
         "started": datetime.now(timezone.utc).isoformat(),
         "settings": settings,
-        "cells": planned,
-    }
-    write_json(run_dir / "manifest.json", manifest)
+    }, append)
+    for path in run_dir.remove_stale():
+        console.print(f"removed {path.name}, a temporary file left by a killed run")
     executor = None
     try:
         stages = [plan.cells]
         if plan.searches:
-            stages.append(lambda: _select(plan, run_dir, manifest, console))
+            stages.append(lambda: _select(plan, run_dir, console))
         wanted = set()
         for stage in stages:
             cells = stage if isinstance(stage, list) else stage()
             wanted |= {c.id for c in cells}
-            todo = _unfinished(cells, run_dir, console)
+            todo = run_dir.unfinished(cells, say=lambda line: console.print(escape(line)))
             if todo:
                 executor = executor or make_executor(options, run_dir, device)
-                write_jobs_record(run_dir, executor)
+                run_dir.write_jobs(executor)
                 console.print(escape(f"running {len(todo)} cell(s) {executor.describe()}"))
                 _run_cells(todo, run_dir, device, executor, retries, console)
     finally:
         if executor is not None:
             executor.close()
-    write_table(run_dir)
-    results, _ = load_cells(run_dir)
+    run_dir.write_table()
+    results, _ = run_dir.load_cells()
     return [r for r in results if r["cell_id"] in wanted]
 
 
-def _select(plan: Plan, run_dir: Path, manifest: dict, console: Console) -> list[Cell]:
+def _select(plan: Plan, run_dir: RunDir, console: Console) -> list[Cell]:
     """Choose each search's lr from its trials' results, record the choices in selection.json and
     the chosen cells in the manifest; the cells to train at the chosen lrs."""
-    results = {r["cell_id"]: r for r in load_cells(run_dir)[0]}
+    results = {r["cell_id"]: r for r in run_dir.load_cells()[0]}
     records, finals = [], []
     for search in plan.searches:
         record = choose(search, results)
@@ -124,38 +114,12 @@ def _select(plan: Plan, run_dir: Path, manifest: dict, console: Console) -> list
                           f"{len(record['missing'])} trial(s) without a result")
             continue
         finals.extend(search.finals(record["chosen_lr"]))
-    write_json(run_dir / "selection.json", {"searches": records})
-    known = {e["id"] for e in manifest["cells"]}
-    manifest["cells"] += [{"id": c.id, "describe": c.describe(), "after_selection": True}
-                          for c in finals if c.id not in known]
-    write_json(run_dir / "manifest.json", manifest)
+    run_dir.write_selection(records)
+    run_dir.add_after_selection(finals)
     chosen = sum(r["chosen_lr"] is not None for r in records)
     console.print(f"learning rates chosen on validation data for {chosen} of {len(records)} searches "
                   f"({sum(bool(r['at_edge']) for r in records)} at an edge of the grid)")
     return finals
-
-
-def _unfinished(cells: list[Cell], run_dir: Path, console: Console) -> list[Cell]:
-    """The cells without a readable result; a stale failure record of a finished cell is removed."""
-    todo = []
-    for cell in cells:
-        path = cell_path(run_dir, cell.id)
-        if not path.exists():
-            todo.append(cell)
-            continue
-        try:
-            read_cell(path)
-        except ValueError as e:  # left half-done by a killed run, or edited: never trusted
-            console.print(escape(f"{e}; training it again"))
-            todo.append(cell)
-    if len(todo) < len(cells):
-        console.print(escape(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished "
-                             f"in {run_dir}"))
-    waiting = {c.id for c in todo}
-    for cell in cells:
-        if cell.id not in waiting:
-            failed_path(run_dir, cell.id).unlink(missing_ok=True)  # finished after its failure was recorded
-    return todo
 
 
 def run_job(job: dict) -> dict:
@@ -170,23 +134,14 @@ def run_job(job: dict) -> dict:
         result, model = train_cell(cell, job["device"])
         # On the CPU the numbers depend on the thread count too: kept to explain a difference.
         result["torch_threads"] = torch.get_num_threads()
-        # Weights first: a cell file is the mark of a finished cell, so its weights are there too.
-        write_weights(weights_path(job["run_dir"], job["cell_id"]), model, job["cell_id"])
-        write_json(cell_path(job["run_dir"], job["cell_id"]), result)
+        RunDir(job["run_dir"]).write_cell(job["cell_id"], result, model)
     except Exception as e:  # noqa: BLE001 - the cell's own failure, recorded by the driver
         return failure(job, e)
     return {"cell_id": job["cell_id"], "ok": True, "host": socket.gethostname(),
             "seconds": time.perf_counter() - start}
 
 
-def _remove_stale_failure_temporaries(run_dir: Path) -> list[Path]:
-    stale = list((run_dir / "failed").glob(".*.tmp"))
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
-def _run_cells(todo: list[Cell], run_dir: Path, device: str, executor: Executor, retries: int,
+def _run_cells(todo: list[Cell], run_dir: RunDir, device: str, executor: Executor, retries: int,
                console: Console) -> None:
     jobs = {c.id: {"cell_id": c.id, "cell": asdict(c), "run_dir": str(run_dir), "device": device,
                    "threads": executor.threads} for c in todo}
@@ -207,8 +162,8 @@ def _run_cells(todo: list[Cell], run_dir: Path, device: str, executor: Executor,
                 outcome = _seen_here(run_dir, outcome) if outcome["ok"] else outcome
                 progress.ended()
                 if outcome["ok"]:
-                    failed_path(run_dir, cid).unlink(missing_ok=True)
-                    write_table(run_dir)
+                    run_dir.clear_failure(cid)
+                    run_dir.write_table()
                     progress.console.print(escape(_done_line(described[cid], outcome["result"])))
                     continue
                 last = attempts[cid] > retries or outcome.get("retry") is False
@@ -224,12 +179,11 @@ def _run_cells(todo: list[Cell], run_dir: Path, device: str, executor: Executor,
                 break
 
 
-def _seen_here(run_dir: Path, outcome: dict) -> dict:
+def _seen_here(run_dir: RunDir, outcome: dict) -> dict:
     """The outcome of a worker that says it finished, once its cell file is read back here: a worker
     writing where the driver cannot see (a node's own disk) is a failure, not a finished cell."""
-    path = cell_path(run_dir, outcome["cell_id"])
     try:
-        return {**outcome, "result": read_cell(path)}
+        return {**outcome, "result": run_dir.read_cell(outcome["cell_id"])}
     except ValueError as e:
         return {**outcome, "ok": False, "retry": False, "traceback": str(e),
                 "error": f"{e} after its worker on {outcome.get('host', '?')} finished it; the run directory "
@@ -244,9 +198,9 @@ def _done_line(describe: str, result: dict) -> str:
             f"probe {result['causality']['verdict']}{diverged}")
 
 
-def _record_failure(run_dir: Path, job: dict, describe: str, attempts: int, outcome: dict,
+def _record_failure(run_dir: RunDir, job: dict, describe: str, attempts: int, outcome: dict,
                     executor: Executor) -> None:
-    write_json(failed_path(run_dir, job["cell_id"]), {
+    run_dir.record_failure(job["cell_id"], {
         "cell_id": job["cell_id"],
         "describe": describe,
         "cell": job["cell"],
@@ -264,12 +218,12 @@ class CellProgress:
     time left. Done is counted from the cell files in cells/, so cells that workers on other
     machines finish count as soon as their files appear."""
 
-    def __init__(self, run_dir: Path, ids: list[str], console: Console, slots: int | None):
+    def __init__(self, run_dir: RunDir, ids: list[str], console: Console, slots: int | None):
         self.slots = slots  # cells that can run at once, where the executor knows it
-        self.folder = Path(run_dir) / "cells"
+        self.run_dir = run_dir
         self.ids = set(ids)
         # A cell retrained over a torn or edited file is done once that file is replaced.
-        self.before = {i: _mtime(cell_path(run_dir, i)) for i in ids}
+        self.before = {i: run_dir.cell_mtime(i) for i in ids}
         self.running = self.failed = 0
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -297,12 +251,9 @@ class CellProgress:
         self.failed += 1
 
     def poll(self) -> None:
-        try:
-            names = set(os.listdir(self.folder))
-        except FileNotFoundError:
-            names = set()
-        done = sum(1 for i in self.ids if f"{i}.json" in names
-                   and (self.before[i] is None or _mtime(cell_path(self.folder.parent, i)) != self.before[i]))
+        stored = self.run_dir.stored()
+        done = sum(1 for i in self.ids if i in stored
+                   and (self.before[i] is None or self.run_dir.cell_mtime(i) != self.before[i]))
         if self.slots is None:
             state = f"{self.running} queued or running"
         else:
@@ -311,9 +262,3 @@ class CellProgress:
         failed = f", [red]{self.failed} failed[/red]" if self.failed else ""
         self.progress.update(self.task, completed=done, state=state + failed)
 
-
-def _mtime(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return None

@@ -25,8 +25,9 @@ from ..errors import UsageError
 from ..plan import Overrides, plan_task, profile_names
 from ..registry import get_backbone, get_task, task_names
 from ..report.stats import CI_LEVEL, bootstrap_ci
-from ..results import current_umask, read_cell, write_json
-from ..task import level_key
+from ..levels import level_key
+from ..results import current_umask, write_json
+from ..rundir import RunDir
 
 SCHEMA_VERSION = 1
 RANKED_MIN_SEEDS = 3
@@ -212,13 +213,12 @@ def git_commit() -> dict:
     return {"commit": head.stdout.strip(), "dirty": dirty}
 
 
-def read_manifest(run_dir: Path) -> dict:
-    path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-        manifest["settings"]["task"], manifest["settings"]["overrides"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise UsageError(f"{path} is missing or not a run manifest ({type(e).__name__}: {e})") from None
+def read_manifest(run_dir: RunDir) -> dict:
+    """The run's manifest, which names the task and overrides it was planned from."""
+    manifest = run_dir.manifest() or {}
+    settings = manifest.get("settings")
+    if not (isinstance(settings, dict) and {"task", "overrides"} <= settings.keys()):
+        raise UsageError(f"{run_dir.manifest_path} is missing or not a run manifest (no task and overrides)")
     return manifest
 
 
@@ -237,7 +237,7 @@ def _profile(setting: str) -> dict:
 def make_entries(run_dir, name: str, model: str | None = None, url: str | None = None,
                  description: str | None = None) -> list[tuple[str, dict, list[dict]]]:
     """(slug, entry, cell results) per model of the run, or for `model` (a label) alone."""
-    run_dir = Path(run_dir)
+    run_dir = RunDir(run_dir)
     manifest = read_manifest(run_dir)
     run = {"task": manifest["settings"]["task"], "overrides": manifest["settings"]["overrides"]}
     profile = _profile(manifest["settings"].get("profile", "quick"))
@@ -253,7 +253,7 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
         results = []
         for cell in mine:
             try:
-                results.append(read_cell(run_dir / "cells" / f"{cell.id}.json"))
+                results.append(run_dir.read_cell(cell.id))
             except ValueError:
                 raise UsageError(f"run {run_dir} is incomplete: {cell.describe()} has no result; "
                                  f"rerun its command to finish it") from None
@@ -309,8 +309,7 @@ def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None 
     board = Path(leaderboard_dir)
     if board.exists() and not board.is_dir():
         raise UsageError(f"--leaderboard {str(board)!r} is a file, not a folder; give the leaderboard folder")
-    if not Path(run_dir).is_dir():
-        raise UsageError(f"run directory {str(run_dir)!r} does not exist or is not a folder")
+    RunDir.existing(run_dir)
     validator = Draft202012Validator(json.loads(find_schema(board).read_text()),
                                      format_checker=Draft202012Validator.FORMAT_CHECKER)
     made = make_entries(run_dir, name, model, url, description)

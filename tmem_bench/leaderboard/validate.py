@@ -19,7 +19,7 @@ from ..plan import cell_from_dict
 from ..probe import causality_probe
 from ..registry import get_task
 from ..results import read_cell
-from ..task import level_key
+from ..levels import level_key
 from .entry import RANKED_MIN_SEEDS, derived, planned_cells, profile_id, task_version
 
 SCHEMA_FILE = "entry.schema.json"

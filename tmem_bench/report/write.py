@@ -1,16 +1,13 @@
 """write_report: report.md and figures/ of a run, regenerated from its stored cell results alone."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from ..results import write_atomic
-from ..rundir import run_lock
+from .capacity import build_capacity_figures
 from .claims import Claim, load_claims, load_power
 from .data import RunData, load_run
 from .figures import build_figures
@@ -41,16 +38,15 @@ def write_report(run_dir) -> Report:
     The run directory's lock is held meanwhile, so a report is never written beside a running
     run, and staging folders of a report killed midway are removed under it."""
     data = load_run(run_dir)
-    with run_lock(data.run_dir, say=lambda message: None):
-        for stale in data.run_dir.glob(".report-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    with data.dir.lock(say=lambda message: None):
+        data.dir.remove_stale()
         return _write_locked(data)
 
 
 def _write_locked(data: RunData) -> Report:
-    staging = Path(tempfile.mkdtemp(dir=data.run_dir, prefix=".report-"))
-    try:
+    with data.dir.report_staging() as staging:
         figures = build_figures(data, staging / "figures")
+        figures.update(build_capacity_figures(data, staging / "figures"))
         summary = summary_frame(data)
         claims = check_claims(data)
         no_harm_spec = next(spec for spec in load_claims() if spec.rule == "no_harm")
@@ -59,15 +55,5 @@ def _write_locked(data: RunData) -> Report:
         power = power_rows(data, power_spec)
         write_atomic(staging / "report.md", render_markdown(data, figures, summary, claims, no_harm, no_harm_spec,
                                                             power, power_spec))
-        _publish(staging, data.run_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return Report(data.run_dir / "report.md", figures, claims, no_harm, power, summary, data.problems, data)
-
-
-def _publish(staging: Path, run_dir: Path) -> None:
-    figures, retired = run_dir / "figures", staging / "figures.old"
-    if figures.exists():
-        os.replace(figures, retired)
-    os.replace(staging / "figures", figures)
-    os.replace(staging / "report.md", run_dir / "report.md")
+        data.dir.publish_report(staging)
+    return Report(data.dir.report_path, figures, claims, no_harm, power, summary, data.problems, data)
