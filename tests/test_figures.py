@@ -118,7 +118,7 @@ def test_no_legend_title_or_label_is_cut_or_overlaps(figures):
 
 def test_legends_name_models_and_titles_name_the_variant(figures):
     data, drawn = figures
-    models = set(data.table["model"])
+    models = set(data.table["label"])
     for stem, (fig, d) in drawn.items():
         labels = [t.get_text() for t in fig.legends[0].get_texts()]
         if stem.startswith("gates_"):
@@ -144,7 +144,7 @@ def test_colours_come_from_the_registry(figures):
             if text.get_text() not in _REFERENCES:
                 color = handle.get_color() if hasattr(handle, "get_color") else handle.get_facecolor()
                 seen.setdefault(text.get_text(), set()).add(to_hex(color))
-    assert set(seen) == set(data.table["model"])
+    assert set(seen) == set(data.table["label"])
     assert all(len(c) == 1 for c in seen.values()), seen  # one colour per model in every figure
     for model, (color,) in seen.items():
         assert color == registered.get(model, color)

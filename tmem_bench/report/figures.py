@@ -180,7 +180,7 @@ def gate_figure(data: RunData, task: str):
     """sigmoid(gamma) per layer against step for every gated cell of a task; step 0 is the initial value."""
     gates = data.gates[data.gates["task"] == task]
     rank = train_level_rank(data, task)
-    groups = sorted(gates.groupby(["variant", "model", "train_level"]), key=lambda kv: (
+    groups = sorted(gates.groupby(["variant", "label", "train_level"]), key=lambda kv: (
         variant_order(gates).index(kv[0][0]), model_order(gates).index(kv[0][1]), rank[kv[0][2]]))
     fig, axes = _new_figure(len(groups))
     suffix = _one_variant(gates["variant"])
@@ -230,7 +230,7 @@ def training_figure(data: RunData, task: str, style: Style):
             prefix = "" if suffix or variant == "standard" else f"{_spaced(variant)}\n"
             panel = {"title": f"{prefix}trained at {train_level}", "variant": variant, "metric": metric, "lines": {}}
             for model in model_order(g):
-                for j, (seed, sg) in enumerate(sorted(g[g["model"] == model].groupby("seed"))):
+                for j, (seed, sg) in enumerate(sorted(g[g["label"] == model].groupby("seed"))):
                     sg = sg.sort_values("step")
                     ax.plot(sg["step"], sg[metric], color=style.of(model), lw=1.2, alpha=1.0 if j == 0 else 0.5,
                             marker="." if len(sg) < 3 else None, label=model)
@@ -260,7 +260,7 @@ def reliance_figure(reliance: pd.DataFrame, style: Style):
         title = task if variant == "standard" else f"{task}\n{_spaced(variant)}"
         panel = {"title": title, "variant": variant, "levels": levels, "bars": {}}
         for i, model in enumerate(models):
-            s = r[r["model"] == model].set_index("level").reindex(levels)
+            s = r[r["label"] == model].set_index("level").reindex(levels)
             xs = np.arange(len(levels)) + (i - (len(models) - 1) / 2) * width
             err = np.vstack([s["drop"] - s["drop low"], s["drop high"] - s["drop"]])
             color = style.of(model)

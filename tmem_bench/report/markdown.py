@@ -42,13 +42,13 @@ def _header(data: RunData) -> list[str]:
         out += ["", "## Diverged training", "",
                 "These cells stopped at a non-finite training loss; they were evaluated with the last finite "
                 "weights, so their accuracies say how far training got, not what the model can learn:", ""]
-        out += [f"- {r['task']} {r['model']} seed {r['seed']} at {r['train_level']}: "
+        out += [f"- {r['task']} {r['label']} seed {r['seed']} at {r['train_level']}: "
                 f"step {int(r['diverged_at_step'])} of {r['steps']}" for _, r in diverged.iterrows()]
     return out
 
 
 def _how_to_read(data: RunData) -> list[str]:
-    max_seeds = int(data.table.groupby(["task", "variant", "model", "train_level", "level"])["seed"].nunique().max())
+    max_seeds = int(data.table.groupby(["task", "variant", "label", "train_level", "level"])["seed"].nunique().max())
     out = ["", "## How to read this report", "",
            f"Accuracy is measured on each level's fixed evaluation set. Means are over seeds; intervals are 95% "
            f"percentile-bootstrap intervals of the mean over seeds ({N_BOOT:,} resamples, seeded, so the report is "
@@ -154,7 +154,7 @@ def _reliance(summary: pd.DataFrame, figures: dict) -> list[str]:
         return out + ["No gated model in this run."]
     out.append(md_table(
         ["task", "variant", "model", "trained at", "level", "seeds", "accuracy", "memory off", "drop (points)"],
-        [[r["task"], r["variant"], r["model"], r["trained at"], r["level"], r["seeds"],
+        [[r["task"], r["variant"], r["label"], r["trained at"], r["level"], r["seeds"],
           fmt_ci(r["accuracy"], r["low"], r["high"]), fmt_pct(r["memory off"]),
           fmt_points(r["drop"], r["drop low"], r["drop high"])] for _, r in reliance.iterrows()]))
     return out + ["", _figure(figures, "memory_reliance")]
@@ -179,7 +179,7 @@ def _no_harm(data: RunData, no_harm: list[dict], spec: ClaimSpec) -> list[str]:
            f"Per gated model and variant, by the rule of the no-harm claim: {spec.explained()}", ""]
     if no_harm:
         out.append(md_table(["variant", "model", "seeds", "verdict", "numbers"],
-                            [[v["variant"], v["model"], v["seeds"], f"**{v['verdict']}**", v["reason"]]
+                            [[v["variant"], v["label"], v["seeds"], f"**{v['verdict']}**", v["reason"]]
                              for v in no_harm]))
     else:
         out.append(f"No gated model on {spec.task} in this run." if spec.task in set(data.table["task"])

@@ -43,7 +43,7 @@ def _model_verdict(data: RunData, rows_: pd.DataFrame, spec: ClaimSpec) -> dict:
         gate, gate_init = float(cells["gate_final_mean"].mean()), float(cells["gate_init_mean"].mean())
     verdict = no_harm_verdict(per_seed(rows_), float(rows_["ceiling"].mean()), gate, gate_init,
                               spec.accuracy_tolerance, spec.gate_tolerance)
-    leak = data.leak_note([rows_["model"].iloc[0]])
+    leak = data.leak_note([rows_["label"].iloc[0]])
     if leak:
         verdict["verdict"], verdict["reason"] = INCONCLUSIVE, f"{leak}; {verdict['reason']}"
     return {"seeds": int(rows_["seed"].nunique()), "leak": leak, **verdict}
@@ -62,9 +62,9 @@ def no_harm_verdicts(data: RunData, spec: ClaimSpec) -> list[dict]:
     for variant in variant_order(t):
         v = t[t["variant"] == variant]
         for model in model_order(v):
-            g = v[(v["model"] == model) & v["gate_init_mean"].notna()]
+            g = v[(v["label"] == model) & v["gate_init_mean"].notna()]
             if not g.empty:
-                out.append({"variant": variant, "model": model, **_model_verdict(data, g, spec)})
+                out.append({"variant": variant, "label": model, **_model_verdict(data, g, spec)})
     return out
 
 
@@ -77,12 +77,12 @@ def no_harm(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     t = t[t["variant"] == "standard"] if "standard" in set(t["variant"]) else t
     verdicts = []
     for model in model_order(t):
-        g = t[t["model"] == model]
+        g = t[t["label"] == model]
         v = _model_verdict(data, g, spec)
         verdicts.append(v["verdict"])
         off = g.dropna(subset=["accuracy_memory_off"])
         claim.evidence.append({
-            "model": model, "seeds": v["seeds"], "accuracy": fmt_ci(v["accuracy"], v["low"], v["high"]),
+            "label": model, "seeds": v["seeds"], "accuracy": fmt_ci(v["accuracy"], v["low"], v["high"]),
             "ceiling": fmt_pct(v["ceiling"]), "reaches": v["reaches"],
             "gate initial -> final": "-" if v["gate"] is None else
             f"{v['gate_init']:.3f} -> {v['gate']:.3f} ({v['gate_delta']:+.3f})",
@@ -94,7 +94,7 @@ def no_harm(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         claim.reason = "no gated model in this run, so the gate part cannot be checked"
     else:
         claim.verdict = combine(verdicts)
-        claim.reason = "; ".join(f"{e['model']}: {e['verdict']}" for e in claim.evidence)
+        claim.reason = "; ".join(f"{e['label']}: {e['verdict']}" for e in claim.evidence)
     claim.notes += _gate_context(data, spec)
 
 
@@ -103,7 +103,7 @@ def _gate_context(data: RunData, spec: ClaimSpec) -> list[str]:
     notes = []
     cells = data.table.drop_duplicates("cell_id") if not data.table.empty else data.table
     gated = cells[cells["gate_init_mean"].notna()] if not cells.empty else cells
-    for (task, variant, model), g in gated.groupby(["task", "variant", "model"]):
+    for (task, variant, model), g in gated.groupby(["task", "variant", "label"]):
         if task == spec.task:
             continue
         moved = float((g["gate_final_mean"] - g["gate_init_mean"]).mean())

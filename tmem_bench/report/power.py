@@ -74,7 +74,7 @@ def _mean(rows_: pd.DataFrame, column: str = "accuracy") -> float | None:
 
 def _still_learning(g: pd.DataFrame, model: str) -> str | None:
     """'k of n seeds' when the convergence rule says some of the model's cells were still learning."""
-    seeds = g[g["model"] == model].groupby("seed")["converged"].first()
+    seeds = g[g["label"] == model].groupby("seed")["converged"].first()
     late = int((seeds == False).sum())  # noqa: E712 - None (unknown) is neither
     return f"{late} of {len(seeds)} seeds" if late else None
 
@@ -100,7 +100,7 @@ def _explain_failure(g: pd.DataFrame, models: list[str], best_model: str | None,
     late = {m: s for m in models if (s := _still_learning(g, m))}
     cases = []
     for m in models:
-        rows_ = g[g["model"] == m]
+        rows_ = g[g["label"] == m]
         case = reach_case(rows_["reach_init"].mean(), rows_["reach_trained"].mean(), reach)
         if case:
             cases.append(f"{m}: {case}")
@@ -114,18 +114,18 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
                reach: ReachSpec | None = None) -> dict:
     # A model whose causality probe found a leak reads the future, so it cannot be credited.
     honest = g[g["causality"] != "leaking"]
-    means = {model: _mean(honest[honest["model"] == model]) for model in model_order(honest)}
+    means = {model: _mean(honest[honest["label"] == model]) for model in model_order(honest)}
     reference = means.pop(spec.attention_reference, None)
     best_model = max(means, key=means.get) if means else None  # a tie goes to the first in model order
     best = means.get(best_model)
-    memory_off = _mean(g[g["model"] == best_model], "accuracy_memory_off") if best_model else None
+    memory_off = _mean(g[g["label"] == best_model], "accuracy_memory_off") if best_model else None
     chance, ceiling = float(g["chance"].mean()), float(g["ceiling"].mean())
     if level == "-":
         verdict, why = CONTROL, "no level axes: a control task, where memory is not needed"
     else:
         verdict, why = power_verdict(reference, best, best_model, memory_off, chance, ceiling, spec)
         why = _explain_failure(honest, [m for m in means], best_model, why, reach or load_reach())
-    best_rows = g[g["model"] == best_model]
+    best_rows = g[g["label"] == best_model]
     return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()),
             "reference": reference, "best_model": best_model, "best": best, "memory_off": memory_off,
             "chance": chance, "ceiling": ceiling, "verdict": verdict, "reason": why,

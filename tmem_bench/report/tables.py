@@ -42,7 +42,7 @@ def _summary_selection(table: pd.DataFrame) -> pd.DataFrame:
     """Per (task, variant, model): the trained-at rows when models were trained at several
     levels (the full grid stays in results.csv and the figures), else every evaluated level."""
     parts = []
-    for _, g in table.groupby(["task", "variant", "model"], sort=False):
+    for _, g in table.groupby(["task", "variant", "label"], sort=False):
         parts.append(g[g["trained_at_level"]] if g["train_level"].nunique() > 1 else g)
     return pd.concat(parts) if parts else table
 
@@ -58,7 +58,7 @@ def summary_frame(data: RunData) -> pd.DataFrame:
     for task in task_order(data):
         t = _summary_selection(table[table["task"] == task])
         axes = data.axes.get(task, ())
-        for (variant, model, train_level, level), g in t.groupby(["variant", "model", "train_level", "level"]):
+        for (variant, model, train_level, level), g in t.groupby(["variant", "label", "train_level", "level"]):
             mean, low, high = bootstrap_ci(per_seed(g))
             off = g.dropna(subset=["accuracy_memory_off"])
             reliance = bootstrap_ci(per_seed(off.assign(d=off["accuracy"] - off["accuracy_memory_off"]), "d")) \
@@ -66,7 +66,7 @@ def summary_frame(data: RunData) -> pd.DataFrame:
             probes = sorted(set(g["causality"].dropna()))
             diverged = g.drop_duplicates("cell_id").dropna(subset=["diverged_at_step"])
             out.append({
-                "task": task, "variant": variant, "model": model, "series": series_label(model, variant),
+                "task": task, "variant": variant, "label": model, "series": series_label(model, variant),
                 "trained at": train_level, "level": level, "seeds": int(g["seed"].nunique()),
                 "accuracy": mean, "low": low, "high": high,
                 "memory off": float(off["accuracy_memory_off"].mean()) if not off.empty else math.nan,
@@ -91,7 +91,7 @@ _SUMMARY_COLUMNS = ("variant", "model", "trained at", "level", "seeds", "accurac
 
 def _summary_cells(r) -> list[str]:
     return [
-        r["variant"], r["model"], r["trained at"], r["level"], str(r["seeds"]),
+        r["variant"], r["label"], r["trained at"], r["level"], str(r["seeds"]),
         fmt_ci(r["accuracy"], r["low"], r["high"]), fmt_pct(r["memory off"]), fmt_pct(r["chance"]),
         fmt_pct(r["ceiling"]), "-" if pd.isna(r["params"]) else f"{int(r['params']):,}",
         f"{r['wall s']:.0f}", f"{r['steps/s']:.3g}", r["probe"],
@@ -142,7 +142,7 @@ def summary_rich(data: RunData):
         table = Table(title=title, box=box.SIMPLE_HEAD,
                       title_justify="left", pad_edge=False)
         # Narrow consoles fold the minor columns; the model and its accuracy keep their width.
-        table.add_column("model", min_width=min(max(map(len, g["model"])), 16))
+        table.add_column("model", min_width=min(max(map(len, g["label"])), 16))
         if show_trained:
             table.add_column("trained", overflow="fold")
         for axis in axes:
@@ -154,7 +154,7 @@ def summary_rich(data: RunData):
             table.add_column(name, justify="left" if name in ("probe", "status") else "right", overflow="fold",
                              min_width=accuracy_width if name == "accuracy" else None)
         for _, r in g.iterrows():
-            cells = [r["model"]]
+            cells = [r["label"]]
             if show_trained:
                 cells.append(",".join(_level_values(r["trained at"])) or "-")
             cells += _level_values(r["level"])
@@ -192,9 +192,9 @@ def final_gate_table(data: RunData) -> tuple[list[str], list[list[str]]]:
     header = ["model", "layer", "initial"] + [task_label(t, v) for t, v in columns]
     body = []
     for model in model_order(final):
-        for layer in sorted(final[final["model"] == model]["layer"].unique(), key=natural_key):
-            sel = (last["model"] == model) & (last["layer"] == layer)
-            row = [model, layer, f"{init[(init['model'] == model) & (init['layer'] == layer)]['gate'].mean():.3f}"]
+        for layer in sorted(final[final["label"] == model]["layer"].unique(), key=natural_key):
+            sel = (last["label"] == model) & (last["layer"] == layer)
+            row = [model, layer, f"{init[(init['label'] == model) & (init['layer'] == layer)]['gate'].mean():.3f}"]
             for task, variant in columns:
                 v = last[sel & (last["task"] == task) & (last["variant"] == variant)]["gate"]
                 if v.empty:

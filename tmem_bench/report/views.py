@@ -67,7 +67,7 @@ def curve_data(rows_: pd.DataFrame, x_axis: str, label_by_train_level: bool = Fa
     out = {"series": {}, "chance": {}, "ceiling": {}}
     if rows_.empty:
         return out
-    names = rows_["model"] if rows_["variant"].nunique() == 1 else rows_["series"]
+    names = rows_["label"] if rows_["variant"].nunique() == 1 else rows_["series"]
     labels = names + (" @ " + rows_["train_level"] if label_by_train_level else "")
     rows_ = rows_.assign(_label=labels)
     order = {s: i for i, s in enumerate(_series_order(rows_))}
