@@ -1,6 +1,8 @@
-"""The worked plug-in (examples/kv_memory): installed as a package, it is a model like the suite's own."""
+"""The worked plug-ins (examples/kv_memory, examples/recall_task): installed as packages, they are a
+model and a task like the suite's own."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "kv_memory"
+TASK_EXAMPLE = ROOT / "examples" / "recall_task"
 TINY = """
 [train]
 steps = 2
@@ -29,14 +32,15 @@ variants = [{}, { block_queries = true }]
 """
 
 
-def test_example_is_small():
-    lines = (EXAMPLE / "kv_memory.py").read_text().splitlines()
-    assert len(lines) < 100
+def test_examples_are_small():
+    for path in (EXAMPLE / "kv_memory.py", TASK_EXAMPLE / "recall_task.py"):
+        assert len(path.read_text().splitlines()) < 100, path
 
 
-def test_installed_example_is_listed_checked_and_run(tmp_path):
-    source = tmp_path / "kv_memory"
-    shutil.copytree(EXAMPLE, source)  # the build writes into its source folder; keep the repository clean
+def installed(example: Path, tmp_path: Path):
+    """`tmem-bench` with the example installed as a package (in a folder of its own, on PYTHONPATH)."""
+    source = tmp_path / example.name
+    shutil.copytree(example, source)  # the build writes into its source folder; keep the repository clean
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "--target", str(site), str(source)], check=True, capture_output=True, timeout=300)
@@ -45,6 +49,11 @@ def test_installed_example_is_listed_checked_and_run(tmp_path):
 
     def bench(*args):
         return subprocess.run([*tool, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    return bench
+
+
+def test_installed_example_is_listed_checked_and_run(tmp_path):
+    bench = installed(EXAMPLE, tmp_path)
 
     listed = bench("list")
     assert listed.returncode == 0, listed.stderr
@@ -60,3 +69,38 @@ def test_installed_example_is_listed_checked_and_run(tmp_path):
     assert run.returncode == 0, run.stderr
     assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 2  # both variants
 
+
+
+TINY_TASK = TINY.split("[tasks.")[0] + """
+[tasks."recall_task:Recall"]
+models = ["base"]
+model = { d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }
+levels = { n_items = [4, 8] }
+train_at = { n_items = 4 }
+variants = [{}, { variant = "memory_forcing" }]
+"""
+
+
+def test_installed_task_example_is_listed_checked_and_run(tmp_path):
+    bench = installed(TASK_EXAMPLE, tmp_path)
+
+    listed = bench("list")
+    assert listed.returncode == 0, listed.stderr
+    assert "recall  axes: n_items  classes: 16" in listed.stdout
+
+    checked = bench("check", "--task", "recall")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "task recall: 7 of 7 checks pass" in checked.stdout
+
+    # By its entry-point name, in no profile: the task's own variants at the level asked for.
+    run = bench("run", "recall", "--models", "base", "--level", "n_items=4", "--steps", "2", "--out", "run",
+                "--no-report")
+    assert run.returncode == 0, run.stderr
+    assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 2  # standard and memory_forcing
+
+    # By module:attribute, in a profile's [tasks] section that names the task's variant.
+    (tmp_path / "tiny.toml").write_text(TINY_TASK)
+    run = bench("run", "recall_task:Recall", "--profile", "tiny.toml", "--out", "run2", "--no-report")
+    assert run.returncode == 0, run.stderr
+    variants = {json.loads(p.read_text())["cell"]["variant"] for p in (tmp_path / "run2" / "cells").glob("*.json")}
+    assert variants == {"standard", "block_query=True"}

@@ -467,25 +467,27 @@ def test_a_resized_variant_still_counts_as_the_papers_setting(tmp_path):
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs, 0.01 * seed))),
                    variant="n_frames=4")
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs[:1] * 2, 0.01 * seed))),
-                   variant="block_queries=True,n_frames=4")
+                   variant="block_hidden=True,hide=end,n_frames=4",
+                   task_options={"n_frames": 4, "hide": "end", "block_hidden": True})
     claim = check_claim(load_run(tmp_path), "occlusion")
     assert claim.verdict == SUPPORTED
     assert any("run as the variant n_frames=4" in n for n in claim.notes)
-    assert any("block_queries=True,n_frames=4 (not in the paper)" in n for n in claim.notes)
+    assert any("block_hidden=True,hide=end,n_frames=4 (not in the paper)" in n for n in claim.notes)
 
 
 def test_a_variant_is_memory_forcing_by_its_task_options_not_its_label(tmp_path):
+    # Occlusion declares its memory-forcing variant as hide = "end" with block_hidden.
     b = RunBuilder(tmp_path)
     for seed in range(3):
         for model, accs in {"base": (0.95, 0.60), "tensor": (0.95, 0.90)}.items():
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs, 0.01 * seed))),
-                   variant="hard", task_options={"block_queries": True})
+                   variant="hard", task_options={"hide": "end", "block_hidden": True})
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs[:1] * 2, 0.01 * seed))),
-                   variant="block_queries=True", task_options={"block_queries": False})
+                   variant="block_hidden=True", task_options={"hide": "end"})
     claim = check_claim(load_run(tmp_path), "occlusion")
     assert claim.verdict == REFUTED  # from the variant whose options keep the paper's information flow
     assert any("the variant hard (not in the paper) the same rule gives: supported" in n for n in claim.notes)
-    assert any("run as the variant block_queries=True" in n for n in claim.notes)
+    assert any("run as the variant block_hidden=True" in n for n in claim.notes)
 
 
 def test_every_claim_is_data_decided_by_a_known_rule():
@@ -495,7 +497,6 @@ def test_every_claim_is_data_decided_by_a_known_rule():
     for spec in specs:
         assert spec.rule in RULES and spec.name and spec.statement and spec.paper
         assert "{" not in spec.explained() and "None" not in spec.explained()  # every parameter is filled in
-        assert spec.memory_forcing({"block_queries": True}) and not spec.memory_forcing({"block_queries": False})
     assert {s.id: s.margin for s in specs}["coordinate_binding"] == MARGIN
     with pytest.raises(KeyError, match="no claim 'nope'"):
         check_claim(None, "nope")

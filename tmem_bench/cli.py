@@ -140,14 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--params", action="store_true", help="also print each model's parameter count per task")
 
     chk = sub.add_parser("check", parents=[debug],
-                         help="conformance checks a backbone must pass (exit 0: all pass, 1: one fails)")
-    chk.add_argument("model", metavar="MODEL", help="a registered model name or module:attribute")
+                         help="conformance checks a backbone (or with --task, a task) must pass "
+                              "(exit 0: all pass, 1: one fails)")
+    chk.add_argument("model", metavar="MODEL", nargs="?", help="a registered model name or module:attribute")
+    chk.add_argument("--task", metavar="TASK",
+                     help="check this task (a registered name or module:attribute) instead of a model")
     chk.add_argument("--d-model", type=positive, default=16, help="model width the checks build (default 16)")
     chk.add_argument("--n-layers", type=positive, default=2, help="layers (default 2)")
     chk.add_argument("--n-heads", type=positive, default=2, help="heads (default 2)")
     chk.add_argument("--seq-len", type=positive, default=16, help="sequence length fed to the model (default 16)")
     chk.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                     help="a model option passed to its factory (repeatable), e.g. --option kernel=eager")
+                     help="an option passed to the model's factory (repeatable), e.g. --option kernel=eager; "
+                          "with --task, to every variant of the task, e.g. --option n_frames=4")
 
     board = sub.add_parser("leaderboard", parents=[debug],
                            help="submit a run as entries, validate entries, build the board")
@@ -371,14 +375,46 @@ def parse_options(items: list[str]) -> dict:
     return options
 
 
-def cmd_check(args) -> int:
+def _print_checks(what: str, results) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    table = Table(title=f"conformance of {what}")
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.name, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", escape(r.detail))
+    Console(width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
+    failed = [r.name for r in results if not r.passed]
+    print(f"{what}: {len(results) - len(failed)} of {len(results)} checks pass"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def cmd_check_task(args) -> int:
+    from .conformance_tasks import TaskSpec, run_task_checks
+    from .registry import TASKS
+
+    factory = TASKS.get(args.task)  # an unknown name fails here with the list of known ones
+    spec = TaskSpec(options=parse_options(args.option), name=args.task)
+    try:
+        factory(**spec.options)
+    except (TypeError, UsageError) as e:  # an option the task refuses: bad input, not a failed check
+        raise UsageError(f"task {args.task!r}: {e}") from None
+    except Exception:  # noqa: BLE001 - the task's own failure: the `declarations` check reports it
+        pass
+    return _print_checks(f"task {args.task}", run_task_checks(factory, spec))
+
+
+def cmd_check(args) -> int:
     from .conformance import Spec, run_checks
     from .registry import BACKBONES
 
+    if (args.model is None) == (args.task is None):
+        raise UsageError("check takes a MODEL or --task TASK (one of them)")
+    if args.task is not None:
+        return cmd_check_task(args)
     try:
         factory = BACKBONES.get(args.model)  # an unknown name fails here with the list of known ones
     except (ImportError, AttributeError) as e:
@@ -391,17 +427,7 @@ def cmd_check(args) -> int:
         raise UsageError(f"model {args.model!r}: {e}") from None
     except Exception:  # noqa: BLE001 - the model's own failure: the `builds` check reports it
         pass
-    results = run_checks(factory, spec)
-    table = Table(title=f"conformance of {args.model}")
-    for column in ("check", "result", "detail"):
-        table.add_column(column)
-    for r in results:
-        table.add_row(r.name, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]", escape(r.detail))
-    Console(width=None if sys.stdout.isatty() else 160, highlight=False).print(table)
-    failed = [r.name for r in results if not r.passed]
-    print(f"{args.model}: {len(results) - len(failed)} of {len(results)} checks pass"
-          + (f"; failed: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    return _print_checks(args.model, run_checks(factory, spec))
 
 
 def _print_rejections(validation) -> None:

@@ -27,7 +27,6 @@ class ClaimSpec:
     reference: str | None = None
     supported_ratio: float | None = None
     refuted_ratio: float | None = None
-    memory_forcing_options: tuple[str, ...] = ()
 
     def explained(self) -> str:
         """`explain` with the entry's values filled in (margins and accuracy tolerances in points)."""
@@ -40,10 +39,6 @@ class ClaimSpec:
             gate_tolerance=number(self.gate_tolerance), supported_ratio=number(self.supported_ratio),
             refuted_ratio=number(self.refuted_ratio),
         )
-
-    def memory_forcing(self, task_options: dict) -> bool:
-        """Whether a variant leaves the paper's information flow (it may still differ in size, e.g. fewer frames)."""
-        return any(task_options.get(option) for option in self.memory_forcing_options)
 
 
 @dataclass
@@ -93,10 +88,9 @@ def load_power() -> PowerSpec:
 @cache
 def load_claims() -> tuple[ClaimSpec, ...]:
     table = _claims_toml()
-    shared = {"memory_forcing_options": tuple(table["memory_forcing_options"])}
     specs = []
     for entry in table["claims"]:
-        values = {**table.get("defaults", {}), **entry, **shared}
+        values = {**table.get("defaults", {}), **entry}
         values["baselines"] = tuple(values.get("baselines", ()))
         specs.append(ClaimSpec(**values))
     return tuple(specs)

@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from ..registry import BUILTIN_TASKS
 from ..results import load_cells, read_failures, read_selection, rows
 from ..rundir import planned_cells
 
-TASK_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
+TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..registry import TASKS
 from .claims import Claim, ClaimSpec, claim_spec, load_claims
 from .data import RunData, level_key, model_order, per_seed, task_order, variant_order
 from .no_harm import no_harm
@@ -47,9 +48,16 @@ def _nothing_learned(spec: ClaimSpec, *groups: pd.DataFrame) -> str | None:
     return f"nothing learned: best accuracy {fmt_pct(best)} is within {100 * spec.margin:g} points of chance"
 
 
+def memory_forcing(task: str, variant: str, options: dict) -> bool:
+    """Whether a variant leaves the paper's information flow, as its task declares (it may still
+    differ in size, e.g. fewer frames). The standard variant, the task's defaults, never does
+    (`tmem-bench check --task` holds a task to it), so a run of it alone imports no task."""
+    return variant != "standard" and TASKS.get(task).forces_memory(options)
+
+
 def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[str, str]) -> None:
     """The verdict comes from the variants in the paper's setting; memory-forcing variants are reported beside it."""
-    paper = [v for v in per_variant if not spec.memory_forcing(data.task_options.get((spec.task, v), {}))]
+    paper = [v for v in per_variant if not memory_forcing(spec.task, v, data.task_options.get((spec.task, v), {}))]
     for variant, verdict in per_variant.items():
         if variant not in paper:
             claim.notes.append(f"under the variant {variant} (not in the paper) the same rule gives: {verdict}")
