@@ -53,7 +53,8 @@ def _tolerance(n: int, p: float) -> float:
     return 5 * math.sqrt(max(p * (1 - p), 1e-12) / n)
 
 
-def _each(factory: Callable, spec: TaskSpec, body: Callable[[str, Task, dict], str | None], what: str) -> tuple[bool, str]:
+def _each(factory: Callable, spec: TaskSpec, body: Callable[[str, Task, dict], str | None],
+          what: str) -> tuple[bool, str]:
     """`body` at every variant and level; the first message it returns is the failure."""
     n = 0
     for name, task in task_variants(factory, spec.options):
@@ -73,7 +74,8 @@ def check_task_declarations(factory: Callable, spec: TaskSpec) -> CheckResult:
         if not isinstance(task, Task):
             return False, f"the factory returned {type(task).__name__}, not a tmem_bench.task.Task"
         if not (isinstance(task.name, str) and task.name and isinstance(task.version, int) and task.version >= 1):
-            return False, f"name {task.name!r} and version {task.version!r} must be a non-empty string and an integer >= 1"
+            return False, (f"name {task.name!r} and version {task.version!r} must be a non-empty string and "
+                           "an integer >= 1")
         if not (isinstance(task.n_classes, int) and task.n_classes >= 2):
             return False, f"n_classes must be an integer >= 2, got {task.n_classes!r}"
         if set(task.levels) != set(task.axes) or not all(task.levels[a] for a in task.axes):
@@ -90,11 +92,13 @@ def check_task_declarations(factory: Callable, spec: TaskSpec) -> CheckResult:
             again = factory(**variant.options())
             level = task_levels(variant)[-1]
             # Data that a seed does not fix is the fingerprints check's failure, not this one's.
-            a, a2, b = (fingerprint(t.sample(level, 4, torch.Generator().manual_seed(0))) for t in (variant, variant, again))
+            a, a2, b = (fingerprint(t.sample(level, 4, torch.Generator().manual_seed(0)))
+                        for t in (variant, variant, again))
             if again.options() != variant.options() or a == a2 != b:
                 return False, f"variant {name}: its recorded options {variant.options()} do not rebuild it"
+        forcing = ", ".join(task.memory_forcing) or "none"
         return True, (f"{task.name} v{task.version}: axes {', '.join(task.axes) or 'none'}, {task.n_classes} classes, "
-                      f"variants {', '.join(task.variants)} (memory-forcing: {', '.join(task.memory_forcing) or 'none'})")
+                      f"variants {', '.join(task.variants)} (memory-forcing: {forcing})")
     return guarded("declarations", body)
 
 
@@ -246,8 +250,9 @@ def check_task_blocked(factory: Callable, spec: TaskSpec) -> CheckResult:
                         moved[:, j] = (model(x2, blocked) != y)[0].any(-1)
                 if not torch.equal(moved, reach):
                     i, j = (moved ^ reach).nonzero()[0].tolist()
-                    return False, (f"{name} at {level_key(level)}: output {i} {'moves' if moved[i, j] else 'does not move'} "
-                                   f"with input {j}, which blocked says it {'cannot' if moved[i, j] else 'can'} reach")
+                    moves = moved[i, j].item()
+                    return False, (f"{name} at {level_key(level)}: output {i} {'moves' if moves else 'does not move'} "
+                                   f"with input {j}, which blocked says it {'cannot' if moves else 'can'} reach")
                 if name in task.memory_forcing and (reach & blocked).any():
                     i, j = (reach & blocked).nonzero()[0].tolist()
                     return False, (f"{name} at {level_key(level)}: the edge {i} -> {j} is blocked, but attention "
