@@ -8,7 +8,8 @@ import torch
 
 from tmem_bench.estimate import Affine, Cost, MeasuredCost, estimate, fmt_levels, plan_rows
 from tmem_bench.plan import Overrides, plan_run
-from tmem_bench.results import cell_path, write_json
+from tmem_bench.results import write_json
+from tmem_bench.rundir import RunDir
 
 
 class FixedCost:
@@ -26,7 +27,7 @@ class FixedCost:
 def finish(run_dir, cell):
     """A finished cell's result file (valid against the cell schema) for `cell`."""
     level = cell.train_level
-    write_json(cell_path(run_dir, cell.id), {
+    write_json(RunDir(run_dir).cell_path(cell.id), {
         "cell_id": cell.id, "cell": asdict(cell), "status": "finished",
         "eval": [{"level": level, "level_key": "-", "accuracy": 0.5, "chance": 0.1, "ceiling": 1.0, "n": 10,
                   "fingerprint": "0" * 64}],
@@ -112,9 +113,9 @@ def test_estimate_scales_with_steps():
     long = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=1010)).cells
     meter = MeasuredCost(torch.device("cpu"), threads=1)
     a = estimate(plan_rows(short), meter, 1)
-    measured = meter.seconds
+    measured = meter.measured
     b = estimate(plan_rows(long), meter, 1)
-    assert meter.seconds == measured  # the same shapes: measured once
+    assert meter.measured == measured > 0  # the same shapes: measured once
     steps = [meter.cost(c).step_s for c in long]
     assert all(s > 0 for s in steps)
     assert b.total_s - a.total_s == pytest.approx(1000 * sum(steps))
@@ -124,6 +125,26 @@ def test_affine_fit():
     assert Affine.fit([(8, 0.5), (32, 1.1)]) == Affine(pytest.approx(0.3), pytest.approx(0.025))
     assert Affine.fit([(8, 1.2), (32, 1.1)]) == Affine(0.0, 1.2 / 32)  # noise: proportional
     assert Affine(0.3, 0.025)(128) == pytest.approx(3.5)
+    # Between two lengths on a power law: quadratic from 10 to 40 gives 4x at 20.
+    mid = Affine.between(20, 10, Affine(0.0, 1.0), 40, Affine(0.0, 16.0))
+    assert mid == Affine(0.0, pytest.approx(4.0))
+
+
+def test_only_the_shortest_and_longest_lengths_are_measured():
+    plan = plan_run("coordinate_binding", "quick", Overrides(models=["base"], levels={"n_writes": [5, 10, 20]},
+                                                             steps=10))
+    cells = [c for c in plan.cells if c.variant == "standard"]
+    meter = MeasuredCost(torch.device("cpu"), threads=1)
+    meter.prepare(cells)
+    lengths = sorted(meter.seq_len(c, c.train_level) for c in cells)
+    estimate(plan_rows(cells), meter, 1)
+    key = next(iter(meter.train_at))
+    assert {n for (*k, n) in meter.step if tuple(k) == key} == set(lengths)
+    # Steps: two lengths timed, the middle one interpolated; forward passes likewise.
+    assert meter.measured == 4
+    middle = meter.step[(*key, lengths[1])]
+    low, high = meter.step[(*key, lengths[0])], meter.step[(*key, lengths[2])]
+    assert min(low(64), high(64)) <= middle(64) <= max(low(64), high(64))
 
 
 def _listing(root):

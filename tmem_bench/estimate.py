@@ -2,22 +2,22 @@
 and executor, from a few training steps measured per distinct shape. Nothing is written.
 
 A cell costs its setup (building the model, the causality and reach probes), its training steps and
-its evaluation. A training step is measured once per distinct (model, model options, task, task
-options, sequence length), a forward pass once per distinct sequence length of every evaluated
-level, so levels that differ only in values that leave the shape alone (coordinate binding's noise)
-share one measurement, and models trained at one level and evaluated at many pay for each length
-once.
+its evaluation. Per model (model, model options, task, task options) a training step is measured at
+the shortest and the longest sequence the plan trains it at, and a forward pass at the shortest and
+longest it evaluates; lengths in between are interpolated on a power law between the two (attention
+grows between linearly and quadratically with the length, a scan linearly), so the cost of a
+measurement does not grow with the number of levels of a sweep.
 
 Each is measured at two batch sizes and fitted as a + b * batch: a fixed cost per call (kernel
 launches, the optimiser's update) and a cost per example. On the CPU the sizes are small (8 and 32)
-and the fit is extrapolated to the real batch, which keeps the dry run of the `paper` profile within
-minutes on two cores; within about 20% of a step measured at batch 128 here. On a GPU, where small
-batches leave it idle, the larger size is the real batch.
+and the fit is extrapolated to the real batch (within about 20% of a step measured at batch 128 on a
+2-core machine); on a GPU, where small batches leave it idle, the larger size is the real batch.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -32,11 +32,12 @@ from .rundir import RunDir
 from .task import level_key
 
 WARMUP_STEPS = 1
-TIMED_STEPS = 3
-# A shape whose warm-up step alone takes this long is timed on one step per batch size: such a
-# cell's cost is dominated by its step count, not by the noise of a single step.
+TIMED_STEPS = 2  # at the larger batch size; one at the smaller, which only anchors the fixed cost
+# A shape whose warm-up step alone takes this long is timed once per batch size: such a cell's
+# cost is dominated by its step count, not by the noise of a single step.
 SLOW_STEP_S = 1.0
 EVAL_CHUNK = 512  # train.EVAL_BATCH: the evaluation's forward batch
+GENERATE_SAMPLE = 128  # examples generated to time an evaluation set's generation, per level
 CPU_SIZES = (8, 32)
 PROBE_ROWS = 32  # probe.causality_probe's max_positions: at most this many rows per forward pass
 PROBE_FORWARDS = 8  # two trials of two passes, before and after training
@@ -76,22 +77,41 @@ class Affine:
         per_example = (t2 - t1) / (n2 - n1)
         return cls(max(0.0, t1 - per_example * n1), per_example)
 
+    @classmethod
+    def between(cls, s: int, s1: int, a1: "Affine", s2: int, a2: "Affine") -> "Affine":
+        """At sequence length s, from the fits at s1 < s < s2: each coefficient on the power law
+        through its two values (linearly where one is zero)."""
+        def at(v1: float, v2: float) -> float:
+            if v1 <= 0 or v2 <= 0:
+                return v1 + (v2 - v1) * (s - s1) / (s2 - s1)
+            return v1 * (s / s1) ** (math.log(v2 / v1) / math.log(s2 / s1))
+        return cls(at(a1.fixed, a2.fixed), at(a1.per_example, a2.per_example))
+
 
 def _options_key(options: dict) -> str:
     return json.dumps(options, sort_keys=True, default=str)
 
 
+def _model_key(cell: Cell) -> tuple:
+    return cell.model, _options_key(cell.model_options), cell.task, _options_key(cell.task_options)
+
+
 class MeasuredCost:
-    """Costs measured on `device` with `threads` torch threads, cached per distinct shape."""
+    """Costs measured on `device` with `threads` torch threads. `prepare(cells)` first tells it every
+    length the plan needs, so that each model is measured only at its shortest and longest."""
 
     def __init__(self, device: torch.device, threads: int, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS):
         self.device, self.threads, self.warmup, self.steps = device, threads, warmup, steps
         self.build: dict[tuple, tuple[float, bool]] = {}  # model -> (seconds to build, gated)
-        self.step: dict[tuple, Affine] = {}  # (model, sequence length) -> a training step
-        self.forward: dict[tuple, Affine] = {}  # (model, sequence length) -> an evaluation forward pass
-        self.generate: dict[tuple, float] = {}  # (task, level) -> seconds per example (and its ceiling)
+        self.train_at: dict[tuple, dict[int, Cell]] = {}  # model -> length -> a cell trained there
+        self.eval_at: dict[tuple, dict[int, tuple[Cell, dict]]] = {}  # model -> length -> (cell, level)
+        self.step: dict[tuple, Affine] = {}  # (model, length) -> a training step, measured or interpolated
+        self.forward: dict[tuple, Affine] = {}  # (model, length) -> an evaluation forward pass
+        self.generate: dict[tuple, float] = {}  # (task, options, level) -> seconds per example
         self.lengths: dict[tuple, int] = {}
+        self.measured = 0  # shapes timed (training steps and forward passes), not interpolated
         self.seconds = 0.0  # spent measuring
+        self._model: tuple | None = None  # (model key, the model last built)
 
     def _sizes(self, batch: int) -> tuple[int, int]:
         if self.device.type == "cpu":
@@ -106,34 +126,44 @@ class MeasuredCost:
             self.lengths[key] = task.make_adapter(cell.model_options["d_model"])(one).shape[1]
         return self.lengths[key]
 
+    def prepare(self, cells) -> None:
+        for cell in cells:
+            key = _model_key(cell)
+            self.train_at.setdefault(key, {}).setdefault(self.seq_len(cell, cell.train_level), cell)
+            evals = self.eval_at.setdefault(key, {})
+            for level in (*cell.eval_levels, cell.train_level):
+                evals.setdefault(self.seq_len(cell, level), (cell, level))
+
     def cost(self, cell: Cell) -> Cost:
-        model_key = (cell.model, _options_key(cell.model_options), cell.task, _options_key(cell.task_options))
+        key = _model_key(cell)
         train_len = self.seq_len(cell, cell.train_level)
-        levels = {self.seq_len(cell, level): level for level in cell.eval_levels}
-        levels.setdefault(train_len, cell.train_level)
-        level_keys = [(cell.task, _options_key(cell.task_options), level_key(lv))
-                      for lv in (*cell.eval_levels, cell.train_level)]
-        if ((*model_key, train_len) not in self.step or any((*model_key, n) not in self.forward for n in levels)
-                or any(k not in self.generate for k in level_keys)):
-            start = time.perf_counter()
-            before = torch.get_num_threads()
-            torch.set_num_threads(self.threads)
-            try:
-                self._measure(cell, model_key, train_len, levels)
-            finally:
-                torch.set_num_threads(before)
-            self.seconds += time.perf_counter() - start
-        build_s, gated = self.build[model_key]
-        step, train_forward = self.step[(*model_key, train_len)], self.forward[(*model_key, train_len)]
+        if train_len not in self.train_at.get(key, {}) or any(
+                self.seq_len(cell, lv) not in self.eval_at[key] for lv in cell.eval_levels):
+            self.prepare([cell])
+        start = time.perf_counter()
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            step = self._interpolated(self.step, self.train_at[key], key, train_len, self._measure_step)
+            train_forward = self._forward(key, train_len)
+            levels = (*cell.eval_levels, cell.train_level)
+            forwards = {lv_key: self._forward(key, self.seq_len(cell, lv))
+                        for lv_key, lv in {level_key(lv): lv for lv in levels}.items()}
+            for level in levels:
+                self._generate(cell, level)
+        finally:
+            torch.set_num_threads(before)
+            self._model = None
+        self.seconds += time.perf_counter() - start
+        build_s, gated = self.build[key]
         setup_s = (build_s + PROBE_FORWARDS * train_forward(min(PROBE_ROWS, max(train_len - 1, 1)))
                    + REACH_PASSES * step(REACH_ROWS))
         size = cell.train["eval_size"]
         chunks = [EVAL_CHUNK] * (size // EVAL_CHUNK) + ([size % EVAL_CHUNK] if size % EVAL_CHUNK else [])
 
         def evaluation(level: dict, passes: int) -> float:
-            forward = self.forward[(*model_key, self.seq_len(cell, level))]
             generate = self.generate[(cell.task, _options_key(cell.task_options), level_key(level))]
-            return size * generate + passes * sum(forward(n) for n in chunks)
+            return size * generate + passes * sum(forwards[level_key(level)](n) for n in chunks)
 
         # A gated memory is evaluated again switched off; the validation set (at the training level,
         # where a learning rate is chosen) once.
@@ -141,72 +171,101 @@ class MeasuredCost:
         eval_s += evaluation(cell.train_level, 1)
         return Cost(setup_s, step(cell.train["batch_size"]), eval_s)
 
+    def _forward(self, key: tuple, length: int) -> Affine:
+        return self._interpolated(self.forward, {n: c for n, (c, _) in self.eval_at[key].items()}, key, length,
+                                  self._measure_forward)
+
+    def _interpolated(self, table: dict, at: dict[int, Cell], key: tuple, length: int, measure) -> Affine:
+        """The fit at `length`: measured at the shortest and longest of `at`, interpolated between."""
+        if (*key, length) in table:
+            return table[(*key, length)]
+        lo, hi = min(at), max(at)
+        for end in {lo, hi, length} if length in (lo, hi) else (lo, hi):
+            if (*key, end) not in table:
+                table[(*key, end)] = measure(key, end)
+                self.measured += 1
+        if (*key, length) not in table:
+            table[(*key, length)] = Affine.between(length, lo, table[(*key, lo)], hi, table[(*key, hi)])
+        return table[(*key, length)]
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _measure(self, cell: Cell, model_key: tuple, train_len: int, levels: dict[int, dict]) -> None:
-        from .train import _to, build_model, loss_and_accuracy
+    def _built(self, key: tuple, cell: Cell):
+        """The model of `key`, built once per cost() call (its build time is recorded once)."""
+        from .train import build_model
 
+        if self._model is None or self._model[0] != key:
+            start = time.perf_counter()
+            model = build_model(cell).to(self.device)
+            self._sync()
+            self.build.setdefault(key, (time.perf_counter() - start, model.gated))
+            self._model = (key, model)
+        return self._model[1]
+
+    def _generate(self, cell: Cell, level: dict) -> None:
+        key = (cell.task, _options_key(cell.task_options), level_key(level))
+        if key not in self.generate:
+            task = get_task(cell.task, **cell.task_options)
+            n = min(cell.train["eval_size"], GENERATE_SAMPLE)
+            start = time.perf_counter()
+            batch = task.sample(level, n, torch.Generator().manual_seed(0))
+            task.ceiling(level, batch)
+            self.generate[key] = (time.perf_counter() - start) / n
+
+    def _measure_step(self, key: tuple, length: int) -> Affine:
+        from .train import _to, loss_and_accuracy
+
+        cell = self.train_at[key][length]
         task = get_task(cell.task, **cell.task_options)
-        start = time.perf_counter()
-        model = build_model(cell).to(self.device)
-        self._sync()
-        self.build[model_key] = (time.perf_counter() - start, model.gated)
+        model = self._built(key, cell)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cell.train["lr"], weight_decay=cell.train["weight_decay"])
+        generator = torch.Generator().manual_seed(cell.seed)
+        model.train()
 
-        for level in (*cell.eval_levels, cell.train_level):
-            key = (cell.task, _options_key(cell.task_options), level_key(level))
-            if key not in self.generate:
-                n = min(cell.train["eval_size"], EVAL_CHUNK)
-                start = time.perf_counter()
-                batch = task.sample(level, n, torch.Generator().manual_seed(0))
-                task.ceiling(level, batch)
-                self.generate[key] = (time.perf_counter() - start) / n
+        def step(n: int) -> float:
+            t = time.perf_counter()
+            batch = _to(task.sample(cell.train_level, n, generator), self.device)
+            loss, _ = loss_and_accuracy(model, batch)
+            loss.item()  # run_cell reads the loss every step (its divergence check), which syncs
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cell.train["grad_clip"])
+            optimizer.step()
+            self._sync()
+            return time.perf_counter() - t
 
-        if (*model_key, train_len) not in self.step:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=cell.train["lr"],
-                                          weight_decay=cell.train["weight_decay"])
-            generator = torch.Generator().manual_seed(cell.seed)
-            model.train()
+        return self._fit(step, self._sizes(cell.train["batch_size"]))
 
-            def step(n: int) -> float:
-                t = time.perf_counter()
-                batch = _to(task.sample(cell.train_level, n, generator), self.device)
-                loss, _ = loss_and_accuracy(model, batch)
-                loss.item()  # run_cell reads the loss every step (its divergence check), which syncs
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cell.train["grad_clip"])
-                optimizer.step()
-                self._sync()
-                return time.perf_counter() - t
+    @torch.no_grad()
+    def _measure_forward(self, key: tuple, length: int) -> Affine:
+        from .train import _to
 
-            self.step[(*model_key, train_len)] = self._fit(step, self._sizes(cell.train["batch_size"]))
+        cell, level = self.eval_at[key][length]
+        task = get_task(cell.task, **cell.task_options)
+        model = self._built(key, cell).eval()
+        sizes = self._sizes(min(cell.train["eval_size"], EVAL_CHUNK))
+        batches = {n: _to(task.sample(level, n, torch.Generator().manual_seed(0)), self.device) for n in sizes}
 
-        model.eval()
-        with torch.no_grad():
-            for length, level in levels.items():
-                if (*model_key, length) in self.forward:
-                    continue
-                sizes = self._sizes(min(cell.train["eval_size"], EVAL_CHUNK))
-                batches = {n: _to(task.sample(level, n, torch.Generator().manual_seed(0)), self.device)
-                           for n in sizes}
+        def forward(n: int) -> float:
+            t = time.perf_counter()
+            model(batches[n])
+            self._sync()
+            return time.perf_counter() - t
 
-                def forward(n: int) -> float:
-                    t = time.perf_counter()
-                    model(batches[n])
-                    self._sync()
-                    return time.perf_counter() - t
+        return self._fit(forward, sizes)
 
-                self.forward[(*model_key, length)] = self._fit(forward, sizes, timed=1)
-
-    def _fit(self, call, sizes: tuple[int, int], timed: int | None = None) -> Affine:
+    def _fit(self, call, sizes: tuple[int, int]) -> Affine:
         """Time `call(n)` at both sizes after warming up at the smaller (the first call at a new shape
         allocates, or compiles), and fit a + b * n."""
         warm = [call(sizes[0]) for _ in range(self.warmup)]
-        timed = timed or (1 if warm and warm[-1] > SLOW_STEP_S else self.steps)
+        timed = 1 if warm and warm[-1] > SLOW_STEP_S else self.steps
         # The median: one call slowed by another process on the machine does not move it.
-        return Affine.fit([(n, statistics.median(call(n) for _ in range(timed))) for n in dict.fromkeys(sizes)])
+        points = [(sizes[0], call(sizes[0]))]
+        if sizes[1] != sizes[0]:
+            points.append((sizes[1], statistics.median(call(sizes[1]) for _ in range(timed))))
+        return Affine.fit(points)
 
 
 @dataclass
@@ -368,8 +427,8 @@ def render_plan(rows: list[Row]) -> list[str]:
         for r in these:
             lr = _fmt_values(r.lrs) if r.kind != "finals" else "chosen"
             what = {"cells": "", "trials": "lr trials", "finals": "after selection"}[r.kind]
-            per_cell = (fmt_duration(min(r.seconds)) if max(r.seconds) - min(r.seconds) < 0.5
-                        else f"{fmt_duration(min(r.seconds))}-{fmt_duration(max(r.seconds))}") if r.seconds else "-"
+            low, high = (fmt_duration(min(r.seconds)), fmt_duration(max(r.seconds))) if r.seconds else ("-", "-")
+            per_cell = low if low == high else f"{low}-{high}"
             body.append([r.label, fmt_levels(r.levels), str(r.steps), str(r.batch_size), lr, _fmt_seeds(r.seeds),
                          str(len(r.cells)), str(r.finished), per_cell, what])
         header = ["model", "training levels", "steps", "batch", "lr", "seeds", "cells", "finished", "per cell", ""]
@@ -432,15 +491,21 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
     meter = meter or MeasuredCost(resolved, threads)
     run_dir_exists = Path(run_dir).is_dir()
     rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
+    measured = "per cell: setup + steps x the step time + evaluation"
+    if isinstance(meter, MeasuredCost):
+        meter.prepare(c for row in rows for c in row.cells)
     est = estimate(rows, meter, workers)
     if isinstance(meter, MeasuredCost):
         sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
-        measured = (f"per cell: setup + steps x the step time + evaluation, measured here on {resolved} with "
-                    f"{threads} thread(s): {meter.steps} training step(s) after {meter.warmup} warm-up at batch "
-                    f"sizes {sizes}, fitted and extrapolated, for each of {len(meter.step)} training shape(s), "
-                    f"and a forward pass at {len(meter.forward)} evaluation shape(s) "
-                    f"({fmt_duration(meter.seconds)} of measuring)")
-    else:
-        measured = "per cell: setup + steps x the step time + evaluation"
+        measured += (f", measured here on {resolved} with {threads} thread(s): {meter.measured} shapes (training "
+                     f"steps and forward passes, at each model's shortest and longest sequence, interpolated "
+                     f"between) timed at batch sizes {sizes} after {meter.warmup} warm-up, fitted and "
+                     f"extrapolated to each cell's ({fmt_duration(meter.seconds)} of measuring)")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if resolved.type == "cpu" and load > available_cores():
+            # Other processes' work is in every measured step: the estimate is for a machine this busy.
+            busy = (f"note: the load average here is {load:.1f} on {available_cores()} cores, so the measured "
+                    f"times include waiting for a core; on an idle machine the run is faster")
+            note = f"{note}\n{busy}" if note else busy
     return render(est, what=what, run_dir=Path(run_dir), run_dir_exists=run_dir_exists, executor=executor,
                   measured=measured, parallel_note=note)
