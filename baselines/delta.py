@@ -18,26 +18,23 @@ are solved at once with one unit-lower-triangular system (the UT transform),
 across chunks the state is carried. `gated_delta_recurrent` is the same function
 token by token, the reference the chunked form must match.
 
-The state is a recurrent memory, not a softmax, so a task's `blocked` mask is
-accepted and ignored: the layer has no attention edges to remove, and under the
-memory-forcing variants information reaches the queries only through the state,
-as intended.
-
-The factory solves the MLP width so that the model has the parameter count of
-`tensor` (default memory) at the same d_model, n_layers and n_heads, with the
-solver of `base_wide`; pass `mlp_ratio` to choose the width yourself.
+A recurrent mixer (`tmem_bench.recurrent`): a task's `blocked` mask has no
+attention edges to remove here. The factory solves the MLP width so that the model
+has the parameter count of `tensor` (default memory) at the same d_model, n_layers
+and n_heads (`tmem_bench.tensor_memory.params`); pass `mlp_ratio` to choose the
+width yourself.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.baselines.wide import match_tensor
-from tmem_bench.transformer import Transformer, TransformerConfig
+from tmem_bench.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
+from tmem_bench.tensor_memory.params import match_tensor
+from tmem_bench.transformer import TransformerConfig
 
 
 @dataclass
@@ -128,39 +125,6 @@ def gated_delta_recurrent(
     return torch.stack(outs, dim=2), state
 
 
-class ShortConv(nn.Module):
-    """Depthwise causal convolution over time: output t of x (B, S, c) mixes inputs t-kernel+1 .. t.
-
-    Weights as nn.Conv1d lays them out (the last tap on the current token), computed as a
-    few shifted products: the generic depthwise kernel is several times slower on CPU.
-    """
-
-    def __init__(self, channels: int, kernel: int, bias: bool):
-        super().__init__()
-        bound = kernel ** -0.5  # nn.Conv1d's default init for a depthwise kernel
-        self.weight = nn.Parameter(torch.empty(channels, kernel).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(channels).uniform_(-bound, bound)) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        S, kernel = x.shape[1], self.weight.shape[1]
-        y = x * self.weight[:, -1]
-        for lag in range(1, min(kernel, S)):
-            y = y + F.pad(x[:, : S - lag] * self.weight[:, -1 - lag], (0, 0, lag, 0))
-        return y if self.bias is None else y + self.bias
-
-
-def balanced_chunk(seq_len: int, chunk: int) -> int:
-    """The smallest chunk that covers `seq_len` in as many chunks of at most `chunk` tokens: least padding."""
-    n = -(-seq_len // chunk)
-    return -(-seq_len // n)
-
-
-def inverse_softplus_dt(n: int, dt_min: float = 1e-3, dt_max: float = 0.1) -> torch.Tensor:
-    """Biases whose softplus is a step size drawn log-uniformly in [dt_min, dt_max] (Mamba's init)."""
-    dt = torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
-    return dt + torch.log(-torch.expm1(-dt))
-
-
 class GatedDeltaNet(nn.Module):
     def __init__(self, config: DeltaConfig):
         super().__init__()
@@ -192,16 +156,11 @@ class GatedDeltaNet(nn.Module):
         return self.resid_dropout(self.proj(o.reshape(B, S, D)))
 
 
-class DeltaTransformer(Transformer):
-    fixed_state = True
+class DeltaTransformer(RecurrentTransformer):
     config_class = DeltaConfig
-    windowed = False
 
     def make_mixer(self, config: DeltaConfig) -> nn.Module:
         return GatedDeltaNet(config)
-
-    def mask(self, seq_len, device, blocked):
-        return None  # the state is a memory, not a softmax: nothing to mask
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens, independent of seq_len: per layer, every head's S

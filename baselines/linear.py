@@ -6,8 +6,8 @@ so inference carries no cache that grows with the sequence. Training uses the ch
 form: within a chunk the masked quadratic product, across chunks the state summed over
 earlier chunks. Both give the same numbers as the token-by-token recurrence.
 
-The state is a recurrent memory, not a softmax, so a task's `blocked` mask does not
-apply to it (the contract removes softmax edges only).
+A recurrent mixer (`tmem_bench.recurrent`): a task's `blocked` mask does not apply
+to its state (the contract removes softmax edges only).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.transformer import Transformer, TransformerConfig
+from tmem_bench.recurrent import RecurrentTransformer
+from tmem_bench.transformer import TransformerConfig
 
 
 @dataclass
@@ -84,16 +85,11 @@ class LinearAttention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
 
-class LinearTransformer(Transformer):
-    fixed_state = True
+class LinearTransformer(RecurrentTransformer):
     config_class = LinearConfig
-    windowed = False
 
     def make_mixer(self, config: LinearConfig) -> nn.Module:
         return LinearAttention(config)
-
-    def mask(self, seq_len, device, blocked):
-        return None  # the state is a memory, not a softmax: nothing to mask
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens: per layer and head, S (hd x hd) and z (hd); independent of seq_len."""

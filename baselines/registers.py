@@ -21,7 +21,6 @@ class RegistersConfig(TransformerConfig):
 
 class RegistersTransformer(Transformer):
     config_class = RegistersConfig
-    windowed = False
 
     def __init__(self, config: RegistersConfig):
         registers = torch.randn(config.n_registers, config.d_model) * 0.02  # drawn before the blocks' weights

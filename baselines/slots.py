@@ -100,7 +100,6 @@ def cached_block(block: Block, x: torch.Tensor, cache: list, mask: torch.Tensor)
 
 class SlotsTransformer(Transformer):
     config_class = SlotsConfig
-    windowed = False
 
     def __init__(self, config: SlotsConfig):
         slots = torch.randn(config.n_slots, config.d_model) * 0.02  # drawn before the blocks' weights

@@ -29,9 +29,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.baselines.delta import ShortConv, balanced_chunk, inverse_softplus_dt
-from tmem_bench.baselines.wide import match_tensor
-from tmem_bench.transformer import Transformer, TransformerConfig
+from tmem_bench.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
+from tmem_bench.tensor_memory.params import match_tensor
+from tmem_bench.transformer import TransformerConfig
 
 
 @dataclass
@@ -148,16 +148,11 @@ class Mamba2(nn.Module):
         return self.resid_dropout(self.out_proj(y))
 
 
-class SSMTransformer(Transformer):
-    fixed_state = True
+class SSMTransformer(RecurrentTransformer):
     config_class = SSMConfig
-    windowed = False
 
     def make_mixer(self, config: SSMConfig) -> nn.Module:
         return Mamba2(config)
-
-    def mask(self, seq_len, device, blocked):
-        return None  # the state is a memory, not a softmax: nothing to mask
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens, independent of seq_len: per layer, every head's H

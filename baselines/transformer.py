@@ -6,6 +6,10 @@ from tmem_bench.transformer import Transformer
 base = Transformer.build
 
 
+class LocalTransformer(Transformer):
+    windowed = True
+
+
 def local(d_model: int, n_layers: int, n_heads: int, window: int = 8, **options) -> Transformer:
     """Causal sliding-window attention: each token sees itself and the window - 1 tokens before it."""
-    return Transformer.build(d_model, n_layers, n_heads, window=window, **options)
+    return LocalTransformer.build(d_model, n_layers, n_heads, window=window, **options)

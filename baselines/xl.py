@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.transformer import Block, Transformer, TransformerConfig
+from tmem_bench.transformer import Block, CausalSelfAttention, Transformer, TransformerConfig
 
 
 @dataclass
@@ -41,16 +41,11 @@ def xl_masks(seq_len: int, segment: int, device: torch.device, blocked: torch.Te
     return torch.cat([cache, live], dim=1), distance
 
 
-class XLAttention(nn.Module):
+class XLAttention(CausalSelfAttention):
     def __init__(self, config: XLConfig):
-        super().__init__()
-        self.n_heads = config.n_heads
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
-        self.proj = nn.Linear(config.d_model, config.d_model)
+        super().__init__(config)
         # per head, per distance 0..2*segment-1
         self.rel_bias = nn.Parameter(torch.zeros(config.n_heads, 2 * config.segment))
-        self.dropout = config.dropout
-        self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: torch.Tensor, allowed: torch.Tensor, distance: torch.Tensor):
         B, S, D = x.shape
@@ -80,7 +75,6 @@ class XLBlock(Block):
 class TransformerXL(Transformer):
     config_class = XLConfig
     block_class = XLBlock
-    windowed = False
 
     def make_mixer(self, config: XLConfig) -> nn.Module:
         return XLAttention(config)

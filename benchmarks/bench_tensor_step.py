@@ -20,7 +20,7 @@ A CPU without AVX-512 can be approximated on one that has it: build the AVX2 var
 and cap PyTorch's own kernels (ATen, inductor, oneDNN, MKL) at AVX2 as well:
 
     gcc -O3 -march=native -mno-avx512f -fopenmp -fno-wrapv -fschedule-insns -fsched-pressure -shared -fPIC \\
-        $(python3-config --includes) tmem_bench/_scan.c -o /tmp/scan_avx2.so
+        $(python3-config --includes) tmem_bench/tensor_memory/_scan.c -o /tmp/scan_avx2.so
     TMEM_BENCH_NATIVE_LIB=/tmp/scan_avx2.so ATEN_CPU_CAPABILITY=avx2 TORCHINDUCTOR_CPP_MARCH=x86-64-v3 \\
         ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python benchmarks/bench_tensor_step.py --threads 2 --save
 """
@@ -32,20 +32,17 @@ import os
 import platform
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from naive_tensor_memory import naive_twin  # noqa: E402
-from tmem_bench import native, tm_fast  # noqa: E402
-from tmem_bench.model import TaskModel  # noqa: E402
-from tmem_bench.registry import get_backbone, get_task  # noqa: E402
-from tmem_bench.train import EVAL_BATCH, evaluate, loss_and_accuracy  # noqa: E402
+from tmem_bench.model import TaskModel
+from tmem_bench.registry import get_backbone, get_task
+from tmem_bench.tensor_memory import native, torch_scan
+from tmem_bench.tensor_memory.naive import naive_twin
+from tmem_bench.train import EVAL_BATCH, evaluate, loss_and_accuracy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The vector extensions that decide which kernels are fast here.
@@ -110,7 +107,7 @@ def step_fn(model: TaskModel, batch):
 def with_setup(step, tile: int, library: str | None):
     """`step` with this row's compiled-path batch tile and native build in place."""
     def run():
-        tm_fast.BATCH_TILE = tile
+        torch_scan.BATCH_TILE = tile
         native.use_library(library)
         step()
 
@@ -207,7 +204,7 @@ def main():
         models[f"tensor ({kernel})"] = build(task, "tensor", **size, **tensor_opts, kernel=kernel)
     if not args.no_naive:
         models["naive twin"] = naive_twin(models["tensor (compiled)"])
-    tile_of = {name: tm_fast.BATCH_TILE for name in models}
+    tile_of = {name: torch_scan.BATCH_TILE for name in models}
     for tile in (int(t) for t in args.tiles.split(",") if t):
         name = f"tensor (compiled, tile {tile})"
         models[name], tile_of[name] = build(task, "tensor", **size, **tensor_opts, kernel="compiled"), tile
@@ -218,8 +215,7 @@ def main():
         if not name.startswith("tensor"):
             return None
         native.use_library(library_of[name])
-        kernel = models[name].backbone.memory.config.kernel
-        return tm_fast.kernel_that_runs(kernel, next(models[name].parameters()))
+        return models[name].backbone.scan_kernel()
 
     kernel_ran = {name: ran(name) for name in models}
     native.use_library(default_library)

@@ -125,6 +125,15 @@ def test_bad_options_are_rejected(name):
         get_backbone(name, d_model=D, n_layers=0, n_heads=HEADS)
 
 
+@pytest.mark.parametrize("name", [n for n in BUILTIN if n not in ("local", "tensor", "tensor_local")])
+def test_a_window_is_refused_where_no_mixer_honours_it(name):
+    """A sliding window is opt-in (`windowed`): a model that would ignore it refuses it."""
+    if name not in NAMES:
+        pytest.skip(f"{name} is not registered")
+    with pytest.raises((TypeError, ValueError)):
+        build(name, window=4)
+
+
 def test_unknown_backbone_lists_the_known_ones():
     with pytest.raises(UsageError, match="base"):
         get_backbone("no_such_model", d_model=D, n_layers=LAYERS, n_heads=HEADS)

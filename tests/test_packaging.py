@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def has_native_extension(wheel: Path) -> bool:
-    return any(n.startswith("tmem_bench/_scan.") and n.endswith((".so", ".pyd"))
+    return any(n.startswith("tmem_bench/tensor_memory/_scan.") and n.endswith((".so", ".pyd"))
                for n in zipfile.ZipFile(wheel).namelist())
 
 
@@ -55,7 +55,7 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
                          cwd=tmp_path, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert "coordinate_binding" in cli.stdout
-    native = subprocess.run([py, "-c", "from tmem_bench import native; print(native.native_library() is not None)"],
+    native = subprocess.run([py, "-c", "from tmem_bench.tensor_memory import native; print(native.native_library() is not None)"],
                             check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert native.stdout.strip() == str(has_native)
 
@@ -77,10 +77,10 @@ def test_install_without_a_compiler_falls_back_to_pytorch(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
                     str(wheel)], check=True, capture_output=True, timeout=300)
-    code = ("import torch; from tmem_bench import native, tm_fast; from tmem_bench.registry import get_backbone;"
+    code = ("import torch; from tmem_bench.tensor_memory import kernels, native; from tmem_bench.registry import get_backbone;"
             "assert native.native_library() is None;"
             "m = get_backbone('tensor', 16, 1, 2, channels=4, grid=3); y = m(torch.randn(2, 5, 16)); y.sum().backward();"
-            "print(tm_fast.resolve_kernel('auto', y), tm_fast.__file__)")
+            "print(kernels.resolve_kernel('auto', y), kernels.__file__)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]]),
            "TMEM_BENCH_NO_COMPILE": "1"}
     # -S: no site directory, so the editable install's import hook cannot shadow the wheel.

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from naive_tensor_memory import naive_twin
-from tmem_bench import native, tm_fast
 from tmem_bench.errors import UsageError
+from tmem_bench.memory import MemoryTransformer, MemoryTransformerConfig
 from tmem_bench.plan import make_plan
 from tmem_bench.probe import causality_probe
 from tmem_bench.registry import get_backbone
-from tmem_bench.tensor_memory import (MemoryState, MemoryTransformer, MemoryTransformerConfig, TensorMemory,
-                                      TensorMemoryConfig)
+from tmem_bench.tensor_memory import (MemoryState, TensorMemory, TensorMemoryConfig, kernels, native, native_scan,
+                                      torch_scan)
+from tmem_bench.tensor_memory.naive import naive_twin
 
 TOL = 1e-5
 # Eager PyTorch and the C scan; the compiled step, slow to compile, at one small size below.
@@ -180,14 +180,14 @@ def test_paper_sized_gradients_against_float64(kernel, channels):
 
 
 def test_batch_tiles():
-    assert tm_fast.batch_tiles(37, 16) == [(0, 12), (12, 24), (24, 37)]
-    assert tm_fast.batch_tiles(16, 16) == [(0, 16)]
-    assert tm_fast.batch_tiles(1, 16) == [(0, 1)]
+    assert torch_scan.batch_tiles(37, 16) == [(0, 12), (12, 24), (24, 37)]
+    assert torch_scan.batch_tiles(16, 16) == [(0, 16)]
+    assert torch_scan.batch_tiles(1, 16) == [(0, 1)]
 
 
 @pytest.mark.parametrize("tile", [1, 2, 3])
 def test_tiled_scan_matches_naive_twin(monkeypatch, tile):
-    monkeypatch.setattr(tm_fast, "BATCH_TILE", tile)
+    monkeypatch.setattr(torch_scan, "BATCH_TILE", tile)
     torch.manual_seed(0)
     model = get_backbone("tensor", 16, 2, 2, dropout=0.0, channels=4, grid=3, threading="reference", kernel="eager")
     perturb(model, scale=0.1)
@@ -218,8 +218,10 @@ class CountingMemory(torch.nn.Module):
 def test_a_memory_without_output_final_state_plugs_in(threading):
     memory = CountingMemory()
     config = MemoryTransformerConfig(d_model=16, n_layers=3, n_heads=2, threading=threading)
-    MemoryTransformer(config, memory)(torch.randn(2, 5, 16))
+    model = MemoryTransformer(config, memory)
+    model(torch.randn(2, 5, 16))
     assert memory.starts == ([0.0, 5.0, 10.0] if threading == "reference" else [0.0, 0.0, 0.0])
+    assert model.scan_kernel() is None  # a memory without a choice of kernel records none
 
 
 def test_causality_probe_flags_reference_threading():
@@ -273,7 +275,7 @@ SCAN_INPUTS = ["cz", "uy", "ux", "bvol", "wz", "wy", "wx", "h0", "c0", "taps", "
 
 
 def random_scan_inputs(seed: int, N: int, B: int, grid: tuple[int, int, int], C: int) -> list[torch.Tensor]:
-    """Dense random inputs of tm_fast.scan, in SCAN_INPUTS' order."""
+    """Dense random inputs of kernels.scan, in SCAN_INPUTS' order."""
     g, (D, H, W) = torch.Generator().manual_seed(seed), grid
     return [0.5 * torch.randn(shape, generator=g) for shape in (
         (B, N, D, C), (B, N, H, C), (B, N, W, C), (H, W, C), (B, N, D), (B, N, H), (B, N, W),
@@ -283,7 +285,7 @@ def random_scan_inputs(seed: int, N: int, B: int, grid: tuple[int, int, int], C:
 def scan_with_grads(inputs: list[torch.Tensor], kernel: str, factorised: bool = True) -> list[torch.Tensor | None]:
     """The scan's outputs, then every input's gradient of a fixed random projection of them."""
     xs = [t.clone().requires_grad_() for t in inputs]
-    outs = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=factorised, kernel=kernel)
+    outs = kernels.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=factorised, kernel=kernel)
     loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(i))).sum() for i, o in enumerate(outs))
     return [*outs, *grads(loss, xs)]
 
@@ -333,9 +335,9 @@ def test_scan_without_the_final_state(kernel):
     for final in (True, False):
         xs = [t.clone().requires_grad_() for t in inputs]
         with torch.no_grad():
-            evaluated = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel=kernel,
+            evaluated = kernels.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel=kernel,
                                      output_final_state=final)
-        reads, hN, cN = tm_fast.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel=kernel,
+        reads, hN, cN = kernels.scan(**dict(zip(SCAN_INPUTS, xs)), factorised=True, kernel=kernel,
                                      output_final_state=final)
         assert (hN is None) == (cN is None) == (evaluated[1] is None) == (evaluated[2] is None) == (not final)
         runs.append([evaluated[0], reads, *grads((reads * weight).sum(), xs)])
@@ -363,7 +365,7 @@ def test_native_recycled_buffers_and_no_grad_path(kernel):
     model = _native_model()
     x = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(6))
     first = _output_and_grads(model, x)
-    assert tm_fast._free_buffers, "the first backward returned no buffer for reuse"
+    assert native_scan._free_buffers, "the first backward returned no buffer for reuse"
     other = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(7))
     _output_and_grads(model, other)  # dirties the recycled buffers with other values
     again = _output_and_grads(model, x)
@@ -383,20 +385,20 @@ def test_evaluation_keeps_no_steps(monkeypatch, kernel):
     def no_buffers(shape):
         raise AssertionError(f"evaluation asked for a saved-state buffer {shape}")
 
-    monkeypatch.setattr(tm_fast, "_buffer", no_buffers)
+    monkeypatch.setattr(native_scan, "_buffer", no_buffers)
     with torch.no_grad():
         assert torch.equal(model(x), expected)
 
 
 def test_buffer_pool_keeps_recent_shapes_only(monkeypatch):
-    monkeypatch.setattr(tm_fast, "_free_buffers", {})
-    shapes = [(i + 1, 3) for i in range(tm_fast._POOL_SHAPES + 2)]
+    monkeypatch.setattr(native_scan, "_free_buffers", {})
+    shapes = [(i + 1, 3) for i in range(native_scan._POOL_SHAPES + 2)]
     for shape in shapes:
-        tm_fast._release([torch.empty(shape), torch.empty(shape)])
-    assert list(tm_fast._free_buffers) == shapes[2:]
-    kept = tm_fast._free_buffers[shapes[-1]][-1]
-    assert tm_fast._buffer(shapes[-1]) is kept
-    assert tm_fast._buffer((99, 3)).shape == (99, 3)
+        native_scan._release([torch.empty(shape), torch.empty(shape)])
+    assert list(native_scan._free_buffers) == shapes[2:]
+    kept = native_scan._free_buffers[shapes[-1]][-1]
+    assert native_scan._buffer(shapes[-1]) is kept
+    assert native_scan._buffer((99, 3)).shape == (99, 3)
 
 
 @pytest.mark.parametrize("kernel", ["native"])
@@ -423,7 +425,7 @@ def test_without_the_extension_auto_falls_back(monkeypatch):
 
     monkeypatch.setattr(native, "_open_native", missing)
     monkeypatch.setenv("TMEM_BENCH_NO_COMPILE", "1")
-    assert tm_fast.resolve_kernel("auto", x) == "auto"
+    assert kernels.resolve_kernel("auto", x) == "auto"
     fallback = auto(x)[0]
     assert rel(fallback, with_extension) < TOL
     auto.config.kernel = "native"
@@ -433,7 +435,7 @@ def test_without_the_extension_auto_falls_back(monkeypatch):
 
 @pytest.mark.parametrize("stale", ["older version", "no version"])
 def test_stale_extension_is_refused(monkeypatch, stale):
-    """A build whose interface version is not tm_fast's (or that has none) is never called:
+    """A build whose interface version is not the loader's (or that has none) is never called:
     `auto` warns once and takes the PyTorch scan, `native` says why it cannot run."""
     found = native.INTERFACE_VERSION - 1 if stale == "older version" else None
     library = types.SimpleNamespace()  # a stand-in for the ctypes library: nothing else is looked up
@@ -442,18 +444,18 @@ def test_stale_extension_is_refused(monkeypatch, stale):
     monkeypatch.setattr(native, "_open_native", lambda path=None: library)
     monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.delenv("TMEM_BENCH_NO_NATIVE", raising=False)
-    expected = f"interface version {found}, tm_fast expects {native.INTERFACE_VERSION}"
+    expected = f"interface version {found}, the scan expects {native.INTERFACE_VERSION}"
     x = torch.randn(2, 3)
     with pytest.warns(UserWarning, match=re.escape(expected)):
-        assert tm_fast.resolve_kernel("auto", x) == "auto"
+        assert kernels.resolve_kernel("auto", x) == "auto"
     assert native.native_library() is None
     with pytest.raises(RuntimeError, match=re.escape(expected)):
-        tm_fast.resolve_kernel("native", x)
+        kernels.resolve_kernel("native", x)
 
 
 def test_native_signatures_match_scan_c():
-    """tm_fast's argument lists and interface version are those of _scan.c, argument for argument."""
-    source = (Path(__file__).resolve().parents[1] / "tmem_bench" / "_scan.c").read_text()
+    """The loader's argument lists and interface version are those of _scan.c, argument for argument."""
+    source = (Path(__file__).resolve().parents[1] / "tmem_bench" / "tensor_memory" / "_scan.c").read_text()
     version = re.search(r"^#define TM_INTERFACE_VERSION (\d+)$", source, re.M)
     assert version and int(version.group(1)) == native.INTERFACE_VERSION
     assert re.search(r"^const char \*tm_variant\(void\) {", source, re.M)
@@ -481,12 +483,12 @@ def test_native_is_float32_cpu_only():
     with pytest.raises(RuntimeError, match="float32 on CPU"):
         memory(x)
     memory.config.kernel = "auto"
-    assert tm_fast.resolve_kernel("auto", x) == "auto"
+    assert kernels.resolve_kernel("auto", x) == "auto"
     assert memory(x)[0].dtype == torch.float64
     # One tensor of another dtype (as under autocast) is enough to leave the C path.
-    assert tm_fast.resolve_kernel("auto", x.float(), x.float().bfloat16()) == "auto"
+    assert kernels.resolve_kernel("auto", x.float(), x.float().bfloat16()) == "auto"
     with pytest.raises(RuntimeError, match="torch.bfloat16"):
-        tm_fast.resolve_kernel("native", x.float(), x.float().bfloat16())
+        kernels.resolve_kernel("native", x.float(), x.float().bfloat16())
 
 
 @pytest.mark.parametrize("variant,expected", [("avx512", "native"), ("avx2", "native"), ("sse", "native"),
@@ -494,8 +496,8 @@ def test_native_is_float32_cpu_only():
 def test_auto_takes_native_for_measured_variants_only(monkeypatch, variant, expected):
     """`auto` runs the native scan only for a build whose variant was measured faster than
     the compiled step; the generic variant (not x86), or no build, leaves it to the PyTorch scan."""
-    monkeypatch.setattr(tm_fast, "native_variant", lambda: variant)
-    assert tm_fast.resolve_kernel("auto", torch.zeros(2)) == expected
+    monkeypatch.setattr(kernels, "native_variant", lambda: variant)
+    assert kernels.resolve_kernel("auto", torch.zeros(2)) == expected
 
 
 def cpu_flags() -> set[str]:
@@ -509,7 +511,7 @@ def cpu_flags() -> set[str]:
 def build_flags() -> list[str]:
     """The extension's compile arguments from pyproject.toml, without its -march."""
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    module = next(m for m in project["tool"]["setuptools"]["ext-modules"] if m["name"] == "tmem_bench._scan")
+    module = next(m for m in project["tool"]["setuptools"]["ext-modules"] if m["name"] == "tmem_bench.tensor_memory._scan")
     return [a for a in module["extra-compile-args"] if not a.startswith("-march")] + module["extra-link-args"]
 
 
@@ -526,7 +528,7 @@ def variant_builds(tmp_path_factory):
     """Every variant of _scan.c this machine can build and run, compiled side by side into a
     temporary directory on first use: variant -> (path, "") or (None, why it is skipped)."""
     where = tmp_path_factory.mktemp("variants")
-    source = Path(__file__).resolve().parents[1] / "tmem_bench" / "_scan.c"
+    source = Path(__file__).resolve().parents[1] / "tmem_bench" / "tensor_memory" / "_scan.c"
     compiler, flags_here = c_compiler(), cpu_flags()
     built, running = {}, {}
     for variant, (flags, needs) in VARIANTS.items():
@@ -583,9 +585,9 @@ def test_an_unloadable_native_library_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_chosen", [])
     monkeypatch.delenv("TMEM_BENCH_NO_NATIVE", raising=False)
     assert native.native_library() is None and native.native_variant() is None
-    assert tm_fast.resolve_kernel("auto", torch.zeros(2)) == "auto"
+    assert kernels.resolve_kernel("auto", torch.zeros(2)) == "auto"
     with pytest.raises(RuntimeError, match="could not be opened from TMEM_BENCH_NATIVE_LIB"):
-        tm_fast.resolve_kernel("native", torch.zeros(2))
+        kernels.resolve_kernel("native", torch.zeros(2))
 
 
 def test_state_size_is_fixed():
@@ -622,9 +624,9 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
             raise RuntimeError("no C++ compiler")
         return run
 
-    monkeypatch.setattr(tm_fast.torch, "compile", broken)
-    monkeypatch.setattr(tm_fast, "_compiled", {})
-    monkeypatch.setattr(tm_fast, "_compile_failed", [])
+    monkeypatch.setattr(torch_scan.torch, "compile", broken)
+    monkeypatch.setattr(torch_scan, "_compiled", {})
+    monkeypatch.setattr(torch_scan, "_compile_failed", [])
     monkeypatch.delenv("TMEM_BENCH_NO_COMPILE", raising=False)
     torch.manual_seed(0)
     auto = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, grid=3, kernel="auto"))
@@ -634,9 +636,9 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
     read.sum().backward()
     auto.config.kernel = "eager"
     assert torch.equal(read, auto(x)[0])
-    assert tm_fast._compile_failed and not tm_fast.compiled_available()
+    assert torch_scan._compile_failed and not torch_scan.compiled_available()
     strict = TensorMemory(TensorMemoryConfig(d_model=16, channels=4, grid=3, kernel="compiled"))
-    monkeypatch.setattr(tm_fast, "_compile_failed", [])
+    monkeypatch.setattr(torch_scan, "_compile_failed", [])
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
         strict(x)
 

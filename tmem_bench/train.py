@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import __version__, tm_fast
+from . import __version__
 from .convergence import convergence
 from .model import TaskModel
 from .plan import Cell
@@ -68,14 +68,10 @@ def _config(backbone) -> dict | None:
 
 
 def _scan_kernel(backbone) -> str | None:
-    """The Tensor Memory scan that ran ("native (avx2)", "compiled", "eager"): the config's
-    `kernel` says what was asked, which `auto` resolves per machine. None without a memory."""
-    for module in backbone.modules():
-        kernel = getattr(getattr(module, "config", None), "kernel", None)
-        weight = next(module.parameters(), None)
-        if isinstance(kernel, str) and weight is not None:
-            return tm_fast.kernel_that_runs(kernel, weight)
-    return None
+    """The implementation that ran, from a backbone that chooses one per machine (its
+    `scan_kernel()`, e.g. Tensor Memory's "native (avx2)", "compiled", "eager"); else None."""
+    scan_kernel = getattr(backbone, "scan_kernel", None)
+    return scan_kernel() if callable(scan_kernel) else None
 
 
 def _state_bytes(backbone, seq_len: int) -> int | None:

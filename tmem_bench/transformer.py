@@ -4,7 +4,10 @@ One config and one skeleton: a model derived from `Transformer` adds its own
 config fields (a dataclass deriving from `TransformerConfig`) and its own token
 mixer (`make_mixer`), and overrides `mask` when its mixer needs something other
 than a boolean attention mask; state around the blocks (registers, slots, a
-memory) is added by overriding `forward`. Every mixer has one signature:
+memory) is added by overriding `forward`. A model whose mixer honours
+`config.window` (sliding-window attention) says so with `windowed = True`; a
+recurrent mixer derives from `recurrent.RecurrentTransformer`, a memory beside
+attention uses `memory.MemoryTransformer`. Every mixer has one signature:
 `Mixer(config)`, `mixer(x (B, S, d), mask) -> (B, S, d)`.
 
 Backbones carry no positional embedding: causal attention orders the tokens,
@@ -119,7 +122,9 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     config_class = TransformerConfig
     block_class = Block
-    windowed = True  # whether `config.window` means anything to this model's mixer
+    # Whether `config.window` means anything to this model's mixer. Off unless a model
+    # opts in, so that a model whose mixer ignores the mask cannot take a window silently.
+    windowed = False
     fixed_state = False  # True: state_size(S) is the same at every S (`tmem-bench check` holds it to that)
 
     def __init__(self, config: TransformerConfig):

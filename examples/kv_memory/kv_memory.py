@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tmem_bench.transformer import Transformer, TransformerConfig
+from tmem_bench.recurrent import RecurrentTransformer
+from tmem_bench.transformer import TransformerConfig
 
 
 @dataclass
@@ -53,16 +54,14 @@ class KVMemory(nn.Module):
         return self.dropout(self.proj(torch.stack(outs, dim=1)))
 
 
-class KVMemoryTransformer(Transformer):
+class KVMemoryTransformer(RecurrentTransformer):
+    """A recurrent mixer: a fixed state (the conformance check holds state_size to it), no
+    window, and no mask, since blocked attention edges never cut a memory."""
+
     config_class = KVMemoryConfig
-    windowed = False
-    fixed_state = True  # the conformance check holds us to it: state_size must not depend on seq_len
 
     def make_mixer(self, config: KVMemoryConfig) -> nn.Module:
         return KVMemory(config)
-
-    def mask(self, seq_len, device, blocked):
-        return None  # no attention: the slots are a memory, which blocked edges never cut
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens: every layer's slot values."""

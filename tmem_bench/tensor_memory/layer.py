@@ -15,16 +15,15 @@ Read top to bottom in the order of the paper (../shared/PAPER.md):
    pointwise mix to 4C) giving ConvLSTM gates; each chunk reads before it writes;
 7. the read broadcast to every token of its chunk.
 
-Then the generic Memory interface (`init_state(batch)`, `forward(x, state) ->
-(read, state)`) and the memory-augmented transformer that attaches any Memory
-after every block with a per-layer LayerNorm and gate:
-`x = x + sigmoid(gamma_l) * dropout(memory(LayerNorm_l(x)))`.
+The model (`tensor`) attaches it after every block through the generic
+memory-augmented transformer of `tmem_bench.memory`, with a per-layer LayerNorm and
+gate: `x = x + sigmoid(gamma_l) * dropout(memory(LayerNorm_l(x)))`.
 
 The trilinear read and the Gaussian write are both separable (a product of three
 1D weight vectors, one per axis), and so are the depthwise convolutions of the
 write volume; the implementation uses that and runs the recurrence through the
-one-node scan of `tm_fast`. The plain per-step loop with nn.Conv3d and
-F.grid_sample lives in tests/naive_tensor_memory.py and must agree with it.
+one-node scan of `kernels.scan`. The plain per-step loop with nn.Conv3d and
+F.grid_sample is the naive twin (`naive.py`), which it must agree with.
 
 A sequence whose length is not a multiple of `chunk_size` ends in a partial
 chunk: it reads like any other chunk, and its write summary sees the missing
@@ -33,24 +32,21 @@ changes the final state.
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
 import math
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import tm_fast
-from .errors import check_int
-from .transformer import Transformer, TransformerConfig
+from ..errors import check_int
+from ..memory import MemoryTransformer, MemoryTransformerConfig
+from .kernels import KERNELS, kernel_that_runs, scan
 
 WRITE_MODES = ("gaussian", "hard")
 COORD_HEADS = ("shared", "separate")
 UPDATES = ("factorised", "pointwise")
-THREADINGS = ("per_layer", "reference")
 
 
 class MemoryState(NamedTuple):
@@ -80,7 +76,7 @@ class TensorMemoryConfig:
         if not self.sigma_scale > 0:
             raise ValueError(f"sigma_scale must be positive, got {self.sigma_scale!r}")
         for name, allowed in (("write_mode", WRITE_MODES), ("coord_heads", COORD_HEADS),
-                              ("update", UPDATES), ("kernel", tm_fast.KERNELS)):
+                              ("update", UPDATES), ("kernel", KERNELS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
@@ -164,6 +160,11 @@ class TensorMemory(nn.Module):
         """Bytes of one sequence's state (h and c), whatever its length."""
         return 2 * self.config.channels * math.prod(self.config.grid) * bytes_per_element
 
+    def scan_kernel(self) -> str:
+        """The scan this memory runs here ("native (avx2)", "compiled", "eager"): the config's
+        `kernel` says what was asked, which "auto" resolves per machine."""
+        return kernel_that_runs(self.config.kernel, self.mix.weight)
+
     def chunk_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S, d) -> read inputs and write inputs, both (B, N, d) for N = ceil(S / K) chunks."""
         B, S, d = x.shape
@@ -233,34 +234,13 @@ class TensorMemory(nn.Module):
 
         h0 = state.h.permute(0, 2, 3, 4, 1).contiguous()  # (B, D, H, W, C)
         c0 = state.c.permute(0, 2, 3, 4, 1).contiguous()
-        r, hN, cN = tm_fast.scan(
+        r, hN, cN = scan(
             cz=cz, uy=uy, ux=ux, bvol=bvol, wz=wz, wy=wy, wx=wx, h0=h0, c0=c0, taps=taps, biases=biases,
             mix_w=mix_w, mix_b=mix_b, factorised=factorised, kernel=cfg.kernel, output_final_state=output_final_state,
         )  # r (B, N, C): each chunk's read of the state before its own write
         read = self.read_out(r)  # (B, N, d)
         read = read.repeat_interleave(K, dim=1)[:, :S]  # (B, S, d)
         return read, MemoryState(hN.permute(0, 4, 1, 2, 3), cN.permute(0, 4, 1, 2, 3)) if output_final_state else None
-
-
-class Memory(Protocol):
-    """What the memory-augmented transformer needs from a memory. A forward that also takes
-    `output_final_state: bool = True` is told when nobody reads the final state, and may
-    then return None for it and skip the work."""
-
-    def init_state(self, batch: int): ...
-
-    def forward(self, x: torch.Tensor, state) -> tuple[torch.Tensor, object]: ...
-
-
-@dataclass
-class MemoryTransformerConfig(TransformerConfig):
-    gate_init: float = 0.0
-    threading: str = "per_layer"
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.threading not in THREADINGS:
-            raise ValueError(f"threading must be one of {', '.join(THREADINGS)}, got {self.threading!r}")
 
 
 @dataclass
@@ -271,63 +251,6 @@ class TensorConfig(MemoryTransformerConfig):
         super().__post_init__()
         if self.memory.d_model != self.d_model:
             raise ValueError(f"the memory's d_model {self.memory.d_model} differs from the model's {self.d_model}")
-
-
-class MemoryTransformer(Transformer):
-    """Pre-norm transformer blocks, each followed by a gated read of one shared Memory.
-
-    threading "per_layer": every layer's scan starts from the memory's initial state,
-    so the model stays strictly causal. "reference": layer l+1 starts from layer l's
-    state after the whole sequence, as the reference implementation does; a token
-    can then read what later tokens wrote (the causality probe flags it).
-    """
-
-    def __init__(self, config: MemoryTransformerConfig, memory: nn.Module):
-        super().__init__(config)
-        self.memory = memory
-        self._final_state_optional = "output_final_state" in inspect.signature(memory.forward).parameters
-        self.mem_norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(config.n_layers))
-        self.gammas = nn.Parameter(torch.full((config.n_layers,), float(config.gate_init)))
-        self.mem_dropout = nn.Dropout(config.dropout)
-        self._memory_off = False
-        # The final norm goes last among the children, as it did before this class derived from
-        # Transformer: parameter order sets the order of the clipped gradient norm's sum, and so
-        # the bits of every clipped step of a seed.
-        self.ln_f = self._modules.pop("ln_f")
-
-    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
-        mask = self.mask(x.shape[1], x.device, blocked)
-        gates = torch.sigmoid(self.gammas)
-        state = None
-        for layer, block in enumerate(self.blocks):
-            x = block(x, mask)  # (B, S, d)
-            if self._memory_off:
-                continue
-            threaded = self.config.threading == "reference"
-            start = state if threaded and state is not None else self.memory.init_state(x.shape[0])
-            # Only "reference" threading reads a final state, and only below the last layer.
-            final = threaded and layer < len(self.blocks) - 1
-            wanted = {"output_final_state": final} if self._final_state_optional else {}
-            read, state = self.memory(self.mem_norms[layer](x), start, **wanted)
-            x = x + gates[layer] * self.mem_dropout(read)
-        return self.ln_f(x)
-
-    def gate_values(self) -> dict[str, float]:
-        return {f"layer{i}": float(g) for i, g in enumerate(torch.sigmoid(self.gammas.detach()))}
-
-    @contextlib.contextmanager
-    def memory_disabled(self):
-        """Gates forced to zero (the memory path contributes nothing), weights untouched."""
-        previous, self._memory_off = self._memory_off, True
-        try:
-            yield
-        finally:
-            self._memory_off = previous
-
-    def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
-        """Bytes carried between tokens at inference: the KV cache plus one memory state per layer."""
-        memory = self.memory.state_size(bytes_per_element) if hasattr(self.memory, "state_size") else 0
-        return self.kv_cache_size(seq_len, bytes_per_element) + self.config.n_layers * memory
 
 
 _MEMORY_FIELDS = {f.name for f in fields(TensorMemoryConfig)} - {"d_model"}

@@ -2,7 +2,10 @@
 
 nn.Conv3d for the factorised operator, F.grid_sample for the read, the write
 volume built over the full 3D grid of cell centres. It uses the weights of a
-`TensorMemory` unchanged, so the fast path can be checked against it.
+`TensorMemory` unchanged, so the fast path can be checked against it: the tests
+hold every scan kernel to it (outputs and gradients) and the benchmarks time it.
+Shipped in the package, as flash-linear-attention ships its naive.py files, so
+either imports it as `tmem_bench.tensor_memory.naive`.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from tmem_bench.tensor_memory import MemoryState, TensorMemory
+from .layer import MemoryState, TensorMemory
 
 
 class NaiveTensorMemory(TensorMemory):

@@ -9,11 +9,12 @@ process; `use_library` switches the build in use without touching the environmen
 
 Every build says which vector variant it was compiled as (`tm_variant`: avx512,
 avx2, sse or generic, chosen in `_scan.c` by the instruction set the compiler targets),
-so results can record it and `tm_fast` can decide `auto` from it.
+so results can record it and `kernels` can decide `auto` from it.
 """
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import warnings
 
@@ -44,8 +45,11 @@ _chosen: list[str | None] = []  # the path `use_library` chose, overriding the e
 
 def _open_native(path: str | None = None):
     if path is None:
-        from tmem_bench import _scan
-        path = _scan.__file__
+        # Only the file is wanted: ctypes opens it, nothing calls it as a Python module.
+        spec = importlib.util.find_spec(f"{__package__}._scan")
+        if spec is None:
+            raise ImportError(f"no module named {__package__}._scan")
+        path = spec.origin
     return ctypes.CDLL(path)
 
 
@@ -65,7 +69,7 @@ def _load_native(path: str | None) -> tuple[object, str, str]:
         version_of.argtypes, version_of.restype = [], ctypes.c_int
         found = version_of()
     if found != INTERFACE_VERSION:
-        why = (f"is a stale build: interface version {found}, tm_fast expects {INTERFACE_VERSION} "
+        why = (f"is a stale build: interface version {found}, the scan expects {INTERFACE_VERSION} "
                "(rebuild it: pip install -e .)")
         warnings.warn(f"the native Tensor Memory kernel {why}; using the PyTorch scan")
         return None, why, ""

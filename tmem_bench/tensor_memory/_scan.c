@@ -2,9 +2,9 @@
  * a batch forward, and its backward, each sequence one OpenMP task that keeps its
  * state, gates and gradients in cache from the first step to the last.
  *
- * The same computation as tm_fast.forward_step / backward_step (see there for the
+ * The same computation as step.forward_step / backward_step (see there for the
  * maths); tests/test_tensor_memory.py holds both, and each vector variant below,
- * to the naive twin. Python calls these through ctypes (tmem_bench/native.py), by
+ * to the naive twin. Python calls these through ctypes (native.py), by
  * the argument names of native.NATIVE_SIGNATURES, which must list them as declared
  * here; the module init below exists only so that setuptools can build the file as
  * an ordinary (optional) extension of the package.
@@ -59,7 +59,7 @@
 #define TR_B 4
 #else
 #if defined(__x86_64__) || defined(__i386__)
-#define TM_VARIANT "sse"  /* x86 without AVX2: the same code as generic, told apart for tm_fast's "auto" */
+#define TM_VARIANT "sse"  /* x86 without AVX2: the same code as generic, told apart for kernels.py's "auto" */
 #else
 #define TM_VARIANT "generic"
 #endif
@@ -554,7 +554,7 @@ static float *alloc(size_t n) {
 
 int tm_interface_version(void) { return TM_INTERFACE_VERSION; }
 
-/* Which of the vector variants above this build is: results record it, and tm_fast's
+/* Which of the vector variants above this build is: results record it, and kernels.py's
  * "auto" takes the native scan only for variants measured faster than the alternatives. */
 const char *tm_variant(void) { return TM_VARIANT; }
 
