@@ -99,12 +99,36 @@ def test_implementations_do_not_import_the_registry():
     graph = import_graph()
     plugins = [m for m in graph if m.startswith(("tmem_bench.tasks.", "tmem_bench.baselines."))]
     assert plugins
-    for name in [*plugins, "tmem_bench.tensor_memory"]:
+    for name in [*plugins, *in_package(graph, "tmem_bench.tensor_memory")]:
         assert "tmem_bench.registry" not in graph[name], name
 
 
+def in_package(graph: dict[str, set[str]], package: str) -> list[str]:
+    return [m for m in graph if m == package or m.startswith(package + ".")]
+
+
 def test_the_core_does_not_import_plugins():
-    """The task contract and the transformer every model is built from live in the core."""
+    """The task contract, the transformer every model is built from and the bases of memories
+    (beside attention, or in its place) live in the core."""
     graph = import_graph()
-    for name in ("tmem_bench.task", "tmem_bench.transformer", "tmem_bench.tensor_memory", "tmem_bench.model"):
+    core = ("tmem_bench.task", "tmem_bench.transformer", "tmem_bench.memory", "tmem_bench.recurrent", "tmem_bench.model")
+    for name in [*core, *in_package(graph, "tmem_bench.tensor_memory")]:
         assert not any(m.startswith(("tmem_bench.tasks", "tmem_bench.baselines")) for m in graph[name]), name
+
+
+def test_only_models_import_tensor_memory():
+    """Tensor Memory is one model among others: the harness learns what it needs (which scan
+    ran) from the backbone, so nothing but the baselines matched to its parameter count imports it."""
+    graph = import_graph()
+    tensor_memory = set(in_package(graph, "tmem_bench.tensor_memory"))
+    for name, imported in graph.items():
+        if name not in tensor_memory and not name.startswith("tmem_bench.baselines."):
+            assert not imported & tensor_memory, f"{name} imports {sorted(imported & tensor_memory)}"
+
+
+def test_baselines_do_not_import_each_other():
+    """What two baselines share lives in the core (`recurrent`, `transformer`), not in one of them."""
+    graph = import_graph()
+    for name in in_package(graph, "tmem_bench.baselines"):
+        others = {m for m in graph[name] if m.startswith("tmem_bench.baselines.") and m != name}
+        assert not others, f"{name} imports {sorted(others)}"
