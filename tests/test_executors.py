@@ -164,7 +164,7 @@ def test_ray_tasks_give_the_serial_numbers(sweep, local_ray, tmp_path):
 
 def test_a_killed_ray_driver_leaves_none_of_its_local_rays_processes(tmp_path):
     need("ray")
-    from tmem_bench.executors import _descendants
+    from tmem_bench.reaper import descendants
 
     (tmp_path / "held_plugin.py").write_text(PLUGIN)
     profile = sweep_profile(tmp_path, '[{ name = "held_plugin:model", label = "held" }]')
@@ -183,7 +183,7 @@ def test_a_killed_ray_driver_leaves_none_of_its_local_rays_processes(tmp_path):
         while "running 1 cell(s)" not in log.read_text() and time.monotonic() < deadline and driver.poll() is None:
             time.sleep(0.2)
         assert driver.poll() is None, log.read_text()
-        ray_processes = _descendants(driver.pid)
+        ray_processes = descendants(driver.pid)
         titles = {Path(f"/proc/{p.split(':')[0]}/cmdline").read_bytes().split(b"\0")[0] for p in ray_processes}
         assert {b"ray::DashboardAgent", b"ray::RuntimeEnvAgent"} <= titles, titles
     finally:

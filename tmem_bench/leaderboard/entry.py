@@ -30,6 +30,7 @@ from ..results import current_umask, write_json
 from ..rundir import RunDir
 
 SCHEMA_VERSION = 1
+SCHEMA_FILE = "entry.schema.json"
 RANKED_MIN_SEEDS = 3
 # Overrides that choose which cells of a profile run, not how: every other override makes a different profile.
 SELECTING_OVERRIDES = ("models", "seeds")
@@ -43,6 +44,15 @@ def slugify(text: str) -> str:
     if not slug:
         raise UsageError(f"name {text!r} has no letters or digits to make a directory name from")
     return slug
+
+
+def find_schema(path: Path) -> Path:
+    """entry.schema.json in `path`, in its `leaderboard` folder, or in a folder above it."""
+    for folder in [path, *path.resolve().parents]:
+        if (folder / SCHEMA_FILE).is_file():
+            return folder / SCHEMA_FILE
+    raise UsageError(f"no {SCHEMA_FILE} in {path} or any folder above it; run from a clone of tmem-bench "
+                     f"(it lives in leaderboard/)")
 
 
 def task_version(task_name: str) -> int:
@@ -303,8 +313,6 @@ def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict]) 
 def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None = None,
            url: str | None = None, description: str | None = None) -> list[Path]:
     from jsonschema import Draft202012Validator
-
-    from .validate import find_schema
 
     board = Path(leaderboard_dir)
     if board.exists() and not board.is_dir():

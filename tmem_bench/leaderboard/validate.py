@@ -15,14 +15,13 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import UsageError
+from ..levels import level_key
 from ..plan import cell_from_dict
 from ..probe import causality_probe
 from ..registry import get_task
 from ..results import read_cell
-from ..levels import level_key
-from .entry import RANKED_MIN_SEEDS, derived, planned_cells, profile_id, task_version
+from .entry import RANKED_MIN_SEEDS, derived, find_schema, planned_cells, profile_id, task_version
 
-SCHEMA_FILE = "entry.schema.json"
 TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs JSON float round trips
 
 
@@ -30,15 +29,6 @@ TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs 
 class Validation:
     accepted: list[tuple[Path, dict]] = field(default_factory=list)
     rejections: list[str] = field(default_factory=list)
-
-
-def find_schema(path: Path) -> Path:
-    """entry.schema.json in `path`, in its `leaderboard` folder, or in a folder above it."""
-    for folder in [path, *path.resolve().parents]:
-        if (folder / SCHEMA_FILE).is_file():
-            return folder / SCHEMA_FILE
-    raise UsageError(f"no {SCHEMA_FILE} in {path} or any folder above it; run from a clone of tmem-bench "
-                     f"(it lives in leaderboard/)")
 
 
 def entry_dirs(path: Path) -> list[Path]:
