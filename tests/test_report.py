@@ -366,8 +366,8 @@ def test_a_leaking_backbone_is_marked_everywhere(tmp_path):
     b.cell("map_building", "lstm", 0, (16,), {(16,): 0.7})
     b.cell("map_building", "base", 0, (16,), {(16,): 0.7})
     s = summary_frame(load_run(tmp_path))
-    assert set(s[s["model"] == "lstm"]["probe"]) == {"leaking"}
-    assert set(s[s["model"] == "base"]["probe"]) == {"causal"}
+    assert set(s[s["label"] == "lstm"]["probe"]) == {"leaking"}
+    assert set(s[s["label"] == "base"]["probe"]) == {"causal"}
 
 
 def test_corrupt_and_missing_cells_are_named_and_the_rest_renders(tmp_path):

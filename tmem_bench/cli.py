@@ -179,12 +179,10 @@ def cmd_run(args) -> int:
     import torch
     from rich.console import Console
 
-    from .errors import check_int
     from .executors import ExecutorOptions, sbatch_options, usable
     from .plan import Overrides, check_sizes, plan_run
     from .report import summary_table
-    from .results import read_failures
-    from .rundir import prepare_run_dir
+    from .rundir import RunDir
     from .runner import run_plan
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -203,30 +201,30 @@ def cmd_run(args) -> int:
     )
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)
-    executor = usable(ExecutorOptions(
+    executor = ExecutorOptions(
         kind=args.executor, workers=args.workers, address=args.address, cpus_per_cell=args.cpus_per_cell,
         gpus_per_cell=args.gpus_per_cell, slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
         slurm_options=sbatch_options(args.slurm_option),
-        slurm_cluster=args.slurm_cluster))
-    check_int("--retries", args.retries, minimum=0)
-    profile_stem = Path(args.profile).stem
+        slurm_cluster=args.slurm_cluster)
+    out = Path(args.out or f"runs/{args.task}-{Path(args.profile).stem}")
     if args.dry_run:
         from .estimate import dry_run
 
-        print(dry_run(plan.cells, plan.searches, Path(args.out or f"runs/{args.task}-{profile_stem}"), executor, args.device,
+        print(dry_run(plan.cells, plan.searches, out, usable(executor), args.device,
                       what=f"{args.task} under profile {args.profile}"), end="")
         return 0
-    run_dir = prepare_run_dir(Path(args.out or f"runs/{args.task}-{profile_stem}"))
+    # run_plan checks the executor, --retries and the run directory, before anything is written.
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
-    results = run_plan(plan, run_dir, device=args.device, settings=settings, append=args.append,
+    results = run_plan(plan, out, device=args.device, settings=settings, append=args.append,
                        executor=executor, retries=args.retries)
+    run_dir = RunDir(out)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_table(results))
     planned = {c.id for c in plan.cells} | {r["cell_id"] for r in results}
-    failures = {cid: f for cid, f in read_failures(run_dir).items() if cid in planned}
+    failures = {cid: f for cid, f in run_dir.failures().items() if cid in planned}
     for cid, f in failures.items():
         print(f"FAILED {f.get('describe', cid)} after {f.get('attempts', '?')} attempt(s): {f.get('error')} "
-              f"(traceback in {run_dir / 'failed' / f'{cid}.json'})", file=sys.stderr)
-    print(f"results: {run_dir / 'results.csv'}")
+              f"(traceback in {run_dir.failed_path(cid)})", file=sys.stderr)
+    print(f"results: {run_dir.table_path}")
     if not args.no_report:
         from .report import write_report
 
@@ -241,15 +239,15 @@ def cmd_run(args) -> int:
 def cmd_jobs(args) -> int:
     import importlib.util
 
-    from .executors import cancel_jobs, driver_running, job_states, read_jobs_record
-    from .results import cell_path, failed_path
+    from .executors import cancel_jobs, job_states, read_jobs_record
+    from .rundir import RunDir
 
-    run_dir = Path(args.run_dir)
+    run_dir = RunDir(args.run_dir)
     record = read_jobs_record(run_dir)
     driver = record["driver"]
     if record["executor"] != "slurm":
         where = f"process {driver['pid']} on {driver['host']} (since {driver.get('since')})"
-        if not driver_running(run_dir):
+        if not run_dir.in_use():
             print(f"{record['executor']} executor: no driver is running; the last one was {where}"
                   + ("; nothing to cancel" if args.cancel else ""))
             return 0
@@ -263,11 +261,9 @@ def cmd_jobs(args) -> int:
                          'install it with: pip install "tmem-bench[slurm]"')
     rows = job_states(run_dir, record)
     for row in rows:
-        cell = ("finished" if cell_path(run_dir, row["cell"]).exists()
-                else "failed" if failed_path(run_dir, row["cell"]).exists() else "not finished")
-        print(f"{row['job']:>14}  {row['state']:<12}  cell {row['cell']} {cell}")
+        print(f"{row['job']:>14}  {row['state']:<12}  cell {row['cell']} {run_dir.cell_state(row['cell'])}")
     print(f"{len(rows)} job(s) on {record['cluster']}, submitted by process {driver['pid']} "
-          f"on {driver['host']}; logs in {run_dir / record['folder']}")
+          f"on {driver['host']}; logs in {run_dir.path / record['folder']}")
     if args.cancel:
         cancelled = cancel_jobs(run_dir, record, rows)
         print(f"cancelled {len(cancelled)} job(s) still queued or running; rerun the run's command to resume")

@@ -1,7 +1,6 @@
 """A run's stored cells as the report's tables, and the labels and orders every view shares."""
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -11,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from ..levels import level_key
 from ..registry import BUILTIN_TASKS
-from ..results import load_cells, read_failures, read_selection, rows
-from ..rundir import planned_cells
+from ..results import rows
+from ..rundir import RunDir
 
 TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
@@ -33,13 +33,17 @@ class RunData:
     selection: list[dict] = field(default_factory=list)  # the run's learning-rate searches (selection.json)
 
     @property
+    def dir(self) -> RunDir:
+        return RunDir(self.run_dir)
+
+    @property
     def leaking(self) -> dict[str, list[str]]:
         """Model label -> where its causality probe said 'leaking' (marks the model everywhere)."""
         out: dict[str, list[str]] = {}
         if self.table.empty:
             return out
         bad = self.table[self.table["causality"] == "leaking"]
-        for (model, task, variant), _ in bad.groupby(["model", "task", "variant"], sort=True):
+        for (model, task, variant), _ in bad.groupby(["label", "task", "variant"], sort=True):
             out.setdefault(model, []).append(task_label(task, variant))
         return out
 
@@ -52,37 +56,24 @@ class RunData:
 
 def load_run(run_dir) -> RunData:
     """Every readable cell of a run; problems name each unreadable, incomplete or missing cell."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        raise UsageError(f"run directory {str(run_dir)!r} does not exist")
-    if not run_dir.is_dir():
-        raise UsageError(f"run directory {str(run_dir)!r} is not a directory")
-    cells_dir, manifest_path = run_dir / "cells", run_dir / "manifest.json"
-    if not cells_dir.is_dir() and not manifest_path.is_file():
-        raise UsageError(f"{str(run_dir)!r} is not a run directory: it has neither manifest.json nor cells/")
+    run_dir = RunDir.existing(run_dir)
+    problems, manifest, planned = [], None, {}
+    try:
+        manifest = run_dir.manifest()
+        planned = run_dir.planned(manifest)
+    except UsageError as e:
+        problems.append(f"{e}; planned cells cannot be checked")
 
-    problems, manifest = [], None
-    if manifest_path.is_file():
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            problems.append(f"manifest.json is unreadable ({e}); planned cells cannot be checked")
-
-    results, errors = load_cells(run_dir, checks=(_history_rows, _gate_rows))
+    results, errors = run_dir.load_cells(checks=(_history_rows, _gate_rows))
     problems.extend(errors)
     try:
-        selection = read_selection(run_dir)
+        selection = run_dir.selection()
     except ValueError as e:
         problems.append(f"{e}; the learning-rate trials cannot be told from the chosen cells")
         selection = []
     results = _chosen(results, selection, problems)
-    stored_ids = {path.stem for path in cells_dir.glob("*.json")}
-    failures = read_failures(run_dir)
-    try:
-        planned = planned_cells(manifest)
-    except UsageError as e:
-        problems.append(f"{e}; planned cells cannot be checked")
-        planned = {}
+    stored_ids = run_dir.stored()
+    failures = run_dir.failures()
     for cid, described in planned.items():
         if cid in stored_ids:
             continue
@@ -93,7 +84,7 @@ def load_run(run_dir) -> RunData:
                             f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
         else:
             problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
-    data = run_data(results, run_dir, manifest, problems)
+    data = run_data(results, run_dir.path, manifest, problems)
     data.selection = selection
     return data
 
@@ -132,7 +123,7 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
 
     table = pd.DataFrame(table_rows)
     if not table.empty:
-        table["series"] = [series_label(m, v) for m, v in zip(table["model"], table["variant"])]
+        table["series"] = [series_label(m, v) for m, v in zip(table["label"], table["variant"])]
         for col in ("accuracy_memory_off", "gate_init_mean", "gate_final_mean", "n_params", "wall_time_s",
                     "reach_init", "reach_trained", "state_bytes", "validation_accuracy",
                     "steps_per_s", "loop_steps_per_s"):
@@ -159,7 +150,7 @@ def _loop_steps_per_s(result: dict) -> float:
 def _cell_keys(result: dict) -> dict:
     cell = result["cell"]
     return {
-        "cell_id": result["cell_id"], "task": cell["task"], "variant": cell["variant"], "model": cell["label"],
+        "cell_id": result["cell_id"], "task": cell["task"], "variant": cell["variant"], "label": cell["label"],
         "seed": cell["seed"], "train_level": level_key(cell["train_level"]),
     }
 
@@ -180,10 +171,6 @@ def _gate_rows(result: dict) -> list[dict]:
         for layer, value in (h.get("gates") or {}).items():
             out.append({**keys, "layer": layer, "step": h["step"], "gate": value})
     return out
-
-
-def level_key(level: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in level.items()) or "-"
 
 
 def series_label(model: str, variant: str) -> str:
@@ -213,7 +200,7 @@ def task_order(data: RunData) -> list[str]:
 
 
 def model_order(table: pd.DataFrame) -> list[str]:
-    return ordered(table["model"], MODEL_ORDER)
+    return ordered(table["label"], MODEL_ORDER)
 
 
 def variant_order(table: pd.DataFrame) -> list[str]:

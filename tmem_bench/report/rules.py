@@ -17,12 +17,12 @@ def _claim_rows(data: RunData, spec: ClaimSpec, variant: str, x_axis: str, panel
     """The rows a claim reads: the per-level training view when the memory model was trained at
     two or more levels of the sweep axis, else the generalisation view of its training level."""
     t = data.table[(data.table["task"] == spec.task) & (data.table["variant"] == variant)
-                   & data.table["model"].isin(models)]
+                   & data.table["label"].isin(models)]
     trained = in_panel(t[t["trained_at_level"]], panel)
-    if trained[trained["model"] == spec.memory][x_axis].nunique() >= 2:
+    if trained[trained["label"] == spec.memory][x_axis].nunique() >= 2:
         return trained, "trained at each level"
     rows_ = trained_in_panel(t, panel)
-    levels = ", ".join(sorted(set(rows_[rows_["model"] == spec.memory]["train_level"])))
+    levels = ", ".join(sorted(set(rows_[rows_["label"] == spec.memory]["train_level"])))
     return rows_, f"generalisation view: trained at {levels}, evaluated at every level"
 
 
@@ -30,10 +30,10 @@ def _missing_models(data: RunData, spec: ClaimSpec, models: list[str]) -> str | 
     t = data.table[data.table["task"] == spec.task] if not data.table.empty else data.table
     if t.empty:
         return f"this run has no {spec.task} results"
-    if spec.memory not in set(t["model"]):
+    if spec.memory not in set(t["label"]):
         return f"this run has no '{spec.memory}' model on {spec.task}"
     baselines = [m for m in models if m in spec.baselines]
-    if baselines and not set(baselines) & set(t["model"]):
+    if baselines and not set(baselines) & set(t["label"]):
         return f"this run has none of the attention baselines {', '.join(baselines)} on {spec.task}"
     return None
 
@@ -103,15 +103,15 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     """The memory model clearly beats the best attention baseline at the largest common level."""
 
     def check(rows_, view, x_axis, panel):
-        memory = rows_[rows_["model"] == spec.memory]
-        baselines = rows_[rows_["model"].isin(spec.baselines)]
+        memory = rows_[rows_["label"] == spec.memory]
+        baselines = rows_[rows_["label"].isin(spec.baselines)]
         common = sorted(set(memory[x_axis]) & set(baselines[x_axis]))
         if not common:
             return None
         x = common[-1]
         mem_x, base_x = memory[memory[x_axis] == x], baselines[baselines[x_axis] == x]
-        best = max(model_order(base_x), key=lambda m: base_x[base_x["model"] == m]["accuracy"].mean())
-        best_x = base_x[base_x["model"] == best]
+        best = max(model_order(base_x), key=lambda m: base_x[base_x["label"] == m]["accuracy"].mean())
+        best_x = base_x[base_x["label"] == best]
         cmp = compare(per_seed(mem_x), per_seed(best_x), spec.margin)
         off = mem_x.dropna(subset=["accuracy_memory_off"])
         withheld = data.leak_note([spec.memory, best]) or _nothing_learned(spec, mem_x, best_x)
@@ -130,7 +130,7 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
 
 def _drops(rows_: pd.DataFrame, model: str, x_axis: str, x_lo, x_hi) -> np.ndarray:
     """Per seed: accuracy at x_lo minus accuracy at x_hi."""
-    m = rows_[rows_["model"] == model]
+    m = rows_[rows_["label"] == model]
     lo = m[m[x_axis] == x_lo].groupby("seed")["accuracy"].mean()
     hi = m[m[x_axis] == x_hi].groupby("seed")["accuracy"].mean()
     both = lo.index.intersection(hi.index)
@@ -141,7 +141,7 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     """The memory model's accuracy drops clearly less than the least-dropping baseline's along the sweep."""
 
     def check(rows_, view, x_axis, panel):
-        xs = sorted(set(rows_[rows_["model"] == spec.memory][x_axis]))
+        xs = sorted(set(rows_[rows_["label"] == spec.memory][x_axis]))
         if len(xs) < 2:
             return None
         x_lo, x_hi = xs[0], xs[-1]
@@ -153,10 +153,10 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         best = min(base_drops, key=lambda m: base_drops[m].mean())
         cmp = compare(base_drops[best], mem, spec.margin)
         at_lo = rows_[rows_[x_axis] == x_lo]
-        mem_hi = rows_[(rows_["model"] == spec.memory) & (rows_[x_axis] == x_hi)].dropna(
+        mem_hi = rows_[(rows_["label"] == spec.memory) & (rows_[x_axis] == x_hi)].dropna(
             subset=["accuracy_memory_off"])
         withheld = data.leak_note([spec.memory, best]) or _nothing_learned(
-            spec, at_lo[at_lo["model"] == spec.memory], at_lo[at_lo["model"] == best])
+            spec, at_lo[at_lo["label"] == spec.memory], at_lo[at_lo["label"] == best])
         return {
             "levels": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis} {x_lo} -> {x_hi}"]),
             "view": view, "seeds": int(mem.size),
@@ -199,7 +199,7 @@ def throughput(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     ratios = []
     for task in task_order(data):
         c = cells[cells["task"] == task]
-        ref, mem = c[c["model"] == spec.reference], c[c["model"] == spec.memory]
+        ref, mem = c[c["label"] == spec.reference], c[c["label"] == spec.memory]
         if ref.empty or mem.empty:
             continue
         devices = set(ref["device"]) | set(mem["device"])
