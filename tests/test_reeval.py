@@ -163,3 +163,56 @@ def test_a_diverged_cell_is_refused_at_submit_and_rejected_at_validate(tmp_path)
     assert main(["leaderboard", "submit", str(copy), "--name", "Base", "--model", "base",
                  "--leaderboard", str(board)]) == 2
     assert not (board / "entries" / "base").exists()
+
+
+def _entry(task, variant, options, train_levels=("n_writes=5,noise=0.05",)):
+    results = [{"task": task, "variant": variant, "train_level": tl, "level": tl, "level_values": {"n_writes": 5},
+                "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0} for tl in train_levels]
+    return {"name": f"{task} {variant}", "url": None, "description": None, "model": {"name": "base"},
+            "profile": {"id": "quick"}, "seeds": [0, 1, 2], "ranked": True, "devices": ["cpu"], "wall_time_s": 1.0,
+            "run": {"command": ["tmem-bench"], "cpu": "x"}, "suite": {"git": {"commit": None, "dirty": None}},
+            "settings": [{"task": task, "variant": variant, "task_options": options, "n_params": 1,
+                          "state_size": {"bytes": 4, "seq_len": 9, "fixed": True}}],
+            "scores": [{"task": task, "variant": variant, "score": 0.5}], "results": results}
+
+
+def test_the_board_leads_with_memory_forcing_then_capacity_then_standard_variants(tmp_path):
+    from tmem_bench.leaderboard.board import board_data, markdown
+
+    entries = [
+        _entry("coordinate_binding", "standard", {"n_queries": 4, "n_values": 32, "block_queries": False}),
+        _entry("occlusion", "hide=end", {"n_frames": 8, "occluder": False, "hide": "end", "block_hidden": True}),
+        _entry("coordinate_binding", "block_queries=True", {"n_queries": 4, "n_values": 32, "block_queries": True}),
+        _entry("coordinate_binding", "block_queries=True,n_queries=2",
+               {"n_queries": 2, "n_values": 32, "block_queries": True},
+               train_levels=("n_writes=5,noise=0.05", "n_writes=10,noise=0.05")),
+    ]
+    groups = board_data([(tmp_path / str(i), e) for i, e in enumerate(entries)])
+    assert [(g["kind"], g["task"], g["variant"]) for g in groups] == [
+        ("memory forcing", "coordinate_binding", "block_queries=True"),
+        ("memory forcing", "occlusion", "hide=end"),
+        ("capacity", "coordinate_binding", "block_queries=True,n_queries=2"),
+        ("standard", "coordinate_binding", "standard"),
+    ]
+    text = markdown(groups)
+    assert text.index("## Memory forcing") < text.index("## Capacity") < text.index("## Standard variants: attention "
+                                                                                  "alone solves these")
+
+
+def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_path, capsys):
+    from test_leaderboard import tiny_run
+    from tmem_bench.cli import main
+
+    run_dir, board = tiny_run(tmp_path), _board(tmp_path)
+    assert main(["leaderboard", "submit", str(run_dir), "--name", "Tiny", "--model", "base",
+                 "--leaderboard", str(board)]) == 0
+    before = sorted(p.relative_to(board) for p in board.rglob("*"))
+    assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(run_dir),
+                 "--out", str(tmp_path / "preview")]) == 0
+    assert sorted(p.relative_to(board) for p in board.rglob("*")) == before
+    text = (tmp_path / "preview" / "README.md").read_text()
+    assert "| Tiny |" in text or "[Tiny]" in text
+    assert "lstm (preview)" in text and "base (preview)" in text
+    assert (tmp_path / "preview" / "index.html").is_file()
+    assert main(["leaderboard", "build", "--leaderboard", str(board), "--out", str(tmp_path / "x")]) == 2
+    assert "--out goes with --with" in capsys.readouterr().err

@@ -258,8 +258,9 @@ def _profile(setting: str) -> dict:
 
 
 def make_entries(run_dir, name: str, model: str | None = None, url: str | None = None,
-                 description: str | None = None) -> list[tuple[str, dict, list[dict]]]:
-    """(slug, entry, cell results) per model of the run, or for `model` (a label) alone."""
+                 description: str | None = None, weights: bool = True) -> list[tuple[str, dict, list[dict]]]:
+    """(slug, entry, cell results) per model of the run, or for `model` (a label) alone; with
+    `weights`, every cell must have its weights (an entry ships them)."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     run = {"task": manifest["settings"]["task"], "overrides": manifest["settings"]["overrides"]}
@@ -286,7 +287,7 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
             if results[-1].get("status") == "diverged":
                 raise UsageError(f"{cell.describe()} diverged at step {results[-1].get('diverged_at_step')} "
                                  f"(non-finite loss); a run with diverged cells cannot be submitted")
-            if not (run_dir / "cells" / f"{cell.id}.safetensors").is_file():
+            if weights and not (run_dir / "cells" / f"{cell.id}.safetensors").is_file():
                 raise UsageError(f"{cell.describe()} has no weights (cells/{cell.id}.safetensors); an entry ships "
                                  f"them so that every number can be re-evaluated: rerun the cell with this suite")
         facts = derived([r for r in results if r["cell_id"] in shown])
