@@ -270,12 +270,15 @@ def test_a_leaking_plugin_is_refused_and_a_forged_verdict_is_caught(tmp_path, ca
     assert "only causal models can be submitted" in capsys.readouterr().err
     for path in (run_dir / "cells").glob("*.json"):  # the forger edits the run's verdicts before submitting
         result = read_cell(path)
-        result["causality"]["verdict"] = "causal"
+        for probe in (result["causality"], *result["causality_trained"].values()):
+            probe["verdict"] = "causal"
         write_json(path, result)
     assert main(["leaderboard", "submit", str(run_dir), "--name", "Leaky", "--leaderboard", str(board)]) == 0
     result = validate(board)
-    assert result.rejections == ["leaky: model (no_harm standard): the causality probe, run again here, finds the "
-                                 "model 'leaking'; only causal models are admitted"]
+    assert result.rejections[0] == ("leaky: model (no_harm standard): the causality probe, run again here, finds "
+                                    "the model 'leaking'; only causal models are admitted")
+    # and on every cell's trained weights, in both modes
+    assert sum("on the trained weights" in line for line in result.rejections) == 2 * len(load(board, "leaky")["cells"])
 
 
 def chromium():

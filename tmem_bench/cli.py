@@ -172,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     build = actions.add_parser("build", parents=[debug],
                                help="validate every entry, then write README.md and index.html")
     build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
+    build.add_argument("--with", dest="with_run", metavar="RUN_DIR",
+                       help="preview: draw the board with this run's models beside the published entries, written "
+                            "to --out (default RUN_DIR/board-preview), never into the leaderboard folder")
+    build.add_argument("--out", metavar="DIR", help="with --with: where the preview's README.md and index.html go")
     return parser
 
 
@@ -447,7 +451,16 @@ def cmd_leaderboard(args) -> int:
         n = len(validation.accepted)
         print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
         return 1 if validation.rejections else 0
+    if args.out is not None and args.with_run is None:
+        raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
     validation = validate(args.leaderboard)
+    if args.with_run is not None:
+        from .leaderboard import preview
+
+        readme, page = preview(args.with_run, validation.accepted, args.out)
+        print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
+              f"published entries; {len(validation.rejections)} rejected entries left out)")
+        return 0
     if validation.rejections:
         _print_rejections(validation)
         print("board not written: fix or remove the rejected entries first", file=sys.stderr)

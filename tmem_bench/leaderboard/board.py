@@ -1,16 +1,28 @@
 """The board: leaderboard/README.md and a self-contained leaderboard/index.html from validated entries.
 
 One table per profile, task and variant: entries of different profiles are never
-ranked together. Ranked entries (at least RANKED_MIN_SEEDS seeds) come first,
-ordered by score; the others follow, marked unranked.
+ranked together. The diagnosis leads: per task family the memory-forcing variants
+(attention alone is blind there by construction), then the capacity curves (models
+trained at each level), and last the standard variants, which attention alone solves.
+Ranked entries (at least RANKED_MIN_SEEDS seeds) come first, ordered by score; the
+others follow, marked unranked.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from ..errors import UsageError
+from ..registry import get_task
 from ..results import write_atomic
 from .entry import RANKED_MIN_SEEDS
+
+FAMILY_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
+KINDS = {
+    "memory forcing": "Memory forcing: attention alone is blind by construction, only a memory can answer",
+    "capacity": "Capacity: each model trained and evaluated at every level, accuracy against level and state",
+    "standard": "Standard variants: attention alone solves these; they show a memory does no harm",
+}
 from .page import render_page
 
 PREAMBLE = f"""# Leaderboard
@@ -55,8 +67,10 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                                             "levels": [], "values": {}, "chance": {}, "ceiling": {}, "rows": []})
             setting = settings[(score["task"], score["variant"])]
             results = [r for r in entry["results"] if (r["task"], r["variant"]) == (score["task"], score["variant"])]
-            if len({r["train_level"] for r in results}) > 1:
+            per_level = len({r["train_level"] for r in results}) > 1
+            if per_level:
                 results = [r for r in results if r["train_level"] == r["level"]]
+            group["kind"] = _kind(score["task"], setting["task_options"], per_level, group.get("kind"))
             cells = {}
             for r in results:
                 if r["level"] not in group["levels"]:
@@ -75,7 +89,7 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                 "dirty": entry["suite"]["git"]["dirty"],
             })
     out = []
-    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] != "standard", k[2])):
+    for key in sorted(groups, key=lambda k: (k[0], list(KINDS).index(groups[k]["kind"]), _family(k[1]), k[2])):
         group = groups[key]
         group["rows"].sort(key=lambda r: (not r["ranked"], -r["score"], r["name"].casefold()))
         rank = 0
@@ -84,8 +98,25 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                 rank += 1
             row["rank"] = rank if row["ranked"] else None
         _label_levels(group)
+        group["kind_title"] = KINDS[group["kind"]]
         out.append(group)
     return out
+
+
+def _family(task: str) -> tuple:
+    return (FAMILY_ORDER.index(task) if task in FAMILY_ORDER else len(FAMILY_ORDER), task)
+
+
+def _kind(task: str, options: dict, per_level: bool, earlier: str | None) -> str:
+    """Which part of the board a (task, variant) table belongs to; a table with any entry trained
+    at each level is a capacity curve."""
+    if per_level or earlier == "capacity":
+        return "capacity"
+    try:
+        forcing = get_task(task).forces_memory(options)
+    except Exception:  # noqa: BLE001 - a plug-in task that is not installed here is drawn as standard
+        forcing = False
+    return "memory forcing" if forcing else "standard"
 
 
 def _label_levels(group: dict) -> None:
@@ -124,9 +155,13 @@ def markdown(groups: list[dict]) -> str:
     lines = [PREAMBLE]
     if not groups:
         lines.append("No entries yet.\n")
+    part = None
     for group in groups:
+        if (group["profile"], group["kind"]) != part:
+            part = (group["profile"], group["kind"])
+            lines.append(f"## {KINDS[group['kind']]} (profile {group['profile']})\n")
         variant = "" if group["variant"] == "standard" else f" [{group['variant']}]"
-        lines.append(f"## {group['task']}{variant} (profile {group['profile']})\n")
+        lines.append(f"### {group['task']}{variant} (profile {group['profile']})\n")
         head = ["rank", "entry", "model", "params", "state", "seeds", "score %"] + [
             f"{group['labels'][lv]} %" for lv in group["levels"]]
         lines.append("| " + " | ".join(_escape(h) for h in head) + " |")
@@ -149,6 +184,20 @@ def markdown(groups: list[dict]) -> str:
                          f"({row['devices']}), {row['wall_time_s'] / 60:.1f} min of cells; {commit}.")
         lines.append("")
     return "\n".join(lines)
+
+
+def preview(run_dir, accepted: list[tuple[Path, dict]], out=None) -> tuple[Path, Path]:
+    """The board with a run's models (entries made from its cells, as submit would make them, marked
+    'preview') beside the published ones, written to `out` (default RUN_DIR/board-preview)."""
+    from .entry import make_entries
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"--with {str(run_dir)!r} is not a run directory")
+    made = make_entries(run_dir, "preview", weights=False)
+    rows = [(Path(f"preview-{slug}"), {**entry, "name": f"{entry['model']['label']} (preview)"})
+            for slug, entry, _ in made]
+    return build(Path(out) if out is not None else run_dir / "board-preview", accepted + rows)
 
 
 def build(leaderboard_dir, accepted: list[tuple[Path, dict]]) -> tuple[Path, Path]:

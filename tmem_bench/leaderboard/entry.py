@@ -22,12 +22,13 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import UsageError
-from ..plan import Overrides, plan_task, profile_names
+from ..plan import Overrides, plan_task_searches, profile_names
 from ..registry import get_backbone, get_task, task_names
 from ..report.stats import CI_LEVEL, bootstrap_ci
 from ..levels import level_key
 from ..results import current_umask, write_json
 from ..rundir import RunDir
+from ..selection import choose
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "entry.schema.json"
@@ -99,8 +100,11 @@ def _parse(text: str) -> dict:
         raise UsageError(f"the entry's profile is not valid TOML: {e}") from None
 
 
-def planned_cells(run: dict, profile: dict) -> list:
-    """The cells the run's profile text and overrides plan (every model of the run)."""
+def planned_cells(run: dict, profile: dict, results: dict[str, dict] | None = None) -> tuple[list, set, list]:
+    """(the cells the run's profile text and overrides plan, every model of the run; the ids of
+    those a board shows; the learning-rate searches' records). A search's trials are all planned,
+    and its remaining seeds at the lr its trials' validation accuracy chooses (`results`: cell id
+    -> result); only the cells at the chosen lr are shown."""
     parsed = _parse(profile["toml"])
     try:
         overrides = Overrides(**run["overrides"])
@@ -108,7 +112,26 @@ def planned_cells(run: dict, profile: dict) -> list:
         raise UsageError(f"the run's overrides are not ones this suite knows: {e}") from None
     task = run["task"]
     names = [t for t in parsed.get("tasks", {}) if t in task_names()] if task == "all" else [task]
-    return [cell for name in names for cell in plan_task(name, parsed, overrides)]
+    plans = [plan_task_searches(name, parsed, overrides) for name in names]
+    cells = [cell for plan in plans for cell in plan.cells]
+    shown, records = {c.id for c in cells}, []
+    for search in (s for plan in plans for s in plan.searches):
+        record = choose(search, results or {})
+        records.append(record)
+        if record["chosen_lr"] is None:
+            continue
+        shown -= {c.id for c in search.trials if c.train["lr"] != record["chosen_lr"]}
+        finals = search.finals(record["chosen_lr"])
+        cells += finals
+        shown |= {c.id for c in finals}
+    return cells, shown, records
+
+
+def cell_verdict(result: dict) -> str:
+    """The causality verdict of a cell: its probe at initialisation, unless a probe on its trained
+    weights (eval or train mode) found a leak."""
+    trained = [v.get("verdict") for v in (result.get("causality_trained") or {}).values() if isinstance(v, dict)]
+    return "leaking" if "leaking" in trained else result["causality"]["verdict"]
 
 
 def _selected(rows: list[dict]) -> list[dict]:
@@ -183,7 +206,7 @@ def derived(results: list[dict]) -> dict:
     """Every field of an entry that is a function of its cells alone."""
     rows, scores = aggregate(results)
     seeds = sorted({r["cell"]["seed"] for r in results})
-    verdicts = {r["causality"]["verdict"] for r in results}
+    verdicts = {cell_verdict(r) for r in results}
     return {
         "seeds": seeds,
         "ranked": len(seeds) >= RANKED_MIN_SEEDS,
@@ -245,14 +268,16 @@ def _profile(setting: str) -> dict:
 
 
 def make_entries(run_dir, name: str, model: str | None = None, url: str | None = None,
-                 description: str | None = None) -> list[tuple[str, dict, list[dict]]]:
-    """(slug, entry, cell results) per model of the run, or for `model` (a label) alone."""
+                 description: str | None = None, weights: bool = True) -> list[tuple[str, dict, list[dict]]]:
+    """(slug, entry, cell results) per model of the run, or for `model` (a label) alone; with
+    `weights`, every cell must have its weights (an entry ships them)."""
     run_dir = RunDir(run_dir)
     manifest = read_manifest(run_dir)
     run = {"task": manifest["settings"]["task"], "overrides": manifest["settings"]["overrides"]}
     profile = _profile(manifest["settings"].get("profile", "quick"))
     profile["id"] = profile_id(profile["name"], profile["toml"], run["overrides"], run["task"])
-    cells = planned_cells(run, profile)
+    stored, _ = run_dir.load_cells()
+    cells, shown, records = planned_cells(run, profile, {r["cell_id"]: r for r in stored})
     labels = list(dict.fromkeys(c.label for c in cells))
     if model is not None and model not in labels:
         raise UsageError(f"--model {model!r} is not a model of this run; its models: {', '.join(labels)}")
@@ -265,9 +290,17 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
             try:
                 results.append(run_dir.read_cell(cell.id))
             except ValueError:
-                raise UsageError(f"run {run_dir} is incomplete: {cell.describe()} has no result; "
+                failed = run_dir.failed_path(cell.id).is_file()
+                raise UsageError(f"run {run_dir} is incomplete: {cell.describe()} has no result"
+                                 f"{' (it failed: see failed/' + cell.id + '.json)' if failed else ''}; "
                                  f"rerun its command to finish it") from None
-        facts = derived(results)
+            if results[-1].get("status") == "diverged":
+                raise UsageError(f"{cell.describe()} diverged at step {results[-1].get('diverged_at_step')} "
+                                 f"(non-finite loss); a run with diverged cells cannot be submitted")
+            if weights and not run_dir.weights_path(cell.id).is_file():
+                raise UsageError(f"{cell.describe()} has no weights (cells/{cell.id}.safetensors); an entry ships "
+                                 f"them so that every number can be re-evaluated: rerun the cell with this suite")
+        facts = derived([r for r in results if r["cell_id"] in shown])
         if facts["causality"] != "causal":
             raise UsageError(f"model {label!r} is {facts['causality']!r} by the causality probe of its cells; only "
                              f"causal models can be submitted (see `tmem-bench check {mine[0].model}`)")
@@ -284,14 +317,17 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
             "model": {"label": label, "name": mine[0].model},
             "ci_level": CI_LEVEL,
             "cells": sorted(c.id for c in mine),
+            "selection": [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge")}
+                          for r in records if r["label"] == label],
             **facts,
         }
         out.append((slugify(entry_name), entry, results))
     return out
 
 
-def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict]) -> Path:
-    """entries/<slug>/entry.json and cells/<id>.json, all or nothing: built aside, then renamed into place."""
+def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict], run_dir: RunDir) -> Path:
+    """entries/<slug>/entry.json, cells/<id>.json and the cells' weights (cells/<id>.safetensors,
+    copied from `run_dir`), all or nothing: built aside, then renamed into place."""
     entries_dir = Path(entries_dir)
     final = entries_dir / slug
     if final.exists():
@@ -302,6 +338,8 @@ def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict]) 
         os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide the entry from colleagues
         for result in results:
             write_json(staging / "cells" / f"{result['cell_id']}.json", result)
+            shutil.copyfile(run_dir.weights_path(result["cell_id"]),
+                            staging / "cells" / f"{result['cell_id']}.safetensors")
         write_json(staging / "entry.json", entry)
         os.rename(staging, final)
     except BaseException:
@@ -336,7 +374,7 @@ def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None 
             if shared:
                 raise UsageError(f"{len(shared)} of the cells of {slug} are published already in the entry "
                                  f"{published}; a run is submitted once")
-    return [write_entry(entries_dir, slug, entry, results) for slug, entry, results in made]
+    return [write_entry(entries_dir, slug, entry, results, RunDir(run_dir)) for slug, entry, results in made]
 
 
 def _refusal(error) -> str:

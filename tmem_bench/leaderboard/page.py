@@ -176,6 +176,12 @@ function applyFilters() {
     const shown = (!profile || sec.dataset.profile === profile) && (!task || sec.dataset.task === task);
     sec.style.display = shown ? '' : 'none';
   });
+  // A part's heading shows while a table under it does.
+  document.querySelectorAll('h2.part').forEach(head => {
+    let next = head.nextElementSibling, any = false;
+    while (next && next.tagName === 'SECTION') { any = any || next.style.display !== 'none'; next = next.nextElementSibling; }
+    head.style.display = any ? '' : 'none';
+  });
 }
 
 const unique = key => Array.from(new Set(DATA.map(g => g[key]))).sort();
@@ -183,11 +189,17 @@ fillSelect('filter-profile', unique('profile'));
 fillSelect('filter-task', unique('task'));
 const board = document.getElementById('board');
 if (!DATA.length) board.appendChild(el('p', {}, 'No entries yet.'));
+let part = null;
 for (const group of DATA) {
+  if (part !== group.profile + '|' + group.kind) {
+    part = group.profile + '|' + group.kind;
+    board.appendChild(el('h2', {class: 'part', 'data-profile': group.profile},
+                         group.kind_title + ' (profile ' + group.profile + ')'));
+  }
   const sec = el('section', {class: 'group', 'data-profile': group.profile, 'data-task': group.task,
-                             'data-variant': group.variant});
+                             'data-variant': group.variant, 'data-kind': group.kind});
   const variant = group.variant === 'standard' ? '' : ' [' + group.variant + ']';
-  sec.appendChild(el('h2', {}, group.task + variant + ' (profile ' + group.profile + ')'));
+  sec.appendChild(el('h3', {}, group.task + variant + ' (profile ' + group.profile + ')'));
   sec.appendChild(figure(group));
   sec.appendChild(table(group));
   sec.appendChild(el('p', {class: 'note'},

@@ -20,7 +20,8 @@ from ..plan import cell_from_dict
 from ..probe import causality_probe
 from ..registry import get_task
 from ..results import read_cell
-from .entry import RANKED_MIN_SEEDS, derived, find_schema, planned_cells, profile_id, task_version
+from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
+from .reeval import reevaluate
 
 TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs JSON float round trips
 
@@ -102,9 +103,12 @@ def _check_cell(result: dict, entry: dict, eval_sets: _EvalSets, reject) -> None
     if result.get("tmem_bench_version") != entry["suite"]["tmem_bench_version"]:
         reject(f"{where}: tmem_bench_version",
                f"{result.get('tmem_bench_version')!r} differs from the entry's suite version")
-    verdict = result["causality"]["verdict"]
+    verdict = cell_verdict(result)
     if verdict != "causal":
         reject(f"{where}: causality", f"the probe found the model {verdict!r}; only causal models are admitted")
+    if result.get("status", "finished") != "finished":
+        reject(f"{where}: status", f"{result.get('status')!r} (at step {result.get('diverged_at_step')}); "
+                                   "only cells whose training finished are admitted")
     if [ev["level"] for ev in result["eval"]] != list(cell["eval_levels"]):
         reject(f"{where}: eval", "the evaluated levels are not the cell's eval_levels")
         return
@@ -191,10 +195,16 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
             reject("cells", f"cells/{extra}.json is not listed in the entry")
 
     try:
-        planned = [c for c in planned_cells(entry["run"], entry["profile"]) if c.label == entry["model"]["label"]]
+        planned, shown, records = planned_cells(entry["run"], entry["profile"], results)
+        planned = [c for c in planned if c.label == entry["model"]["label"]]
     except UsageError as e:
         reject("profile", f"cannot plan the entry's cells with the installed suite: {e}")
         return None, lines
+    selection = [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge")}
+                 for r in records if r["label"] == entry["model"]["label"]]
+    found = difference(entry.get("selection", []), selection, "selection")
+    if found:
+        reject("selection", found.partition(": ")[2] + " (the lrs its trials' validation accuracy chooses)")
     for cell in planned:
         if cell.id not in entry["cells"]:
             reject("cells", f"missing {cell.describe()} (planned by the entry's profile and overrides)")
@@ -219,7 +229,7 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
     if lines:
         return None, lines
 
-    actual = derived(list(results.values()))
+    actual = derived([r for r in results.values() if r["cell_id"] in shown])
     for key, value in actual.items():
         found = difference(entry[key], value, key)
         if found:
@@ -231,6 +241,8 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
         reject("ranked", f"a ranked entry needs at least {RANKED_MIN_SEEDS} seeds, it has {len(entry['seeds'])}")
     if not lines:
         _probe_again(list(results.values()), reject)
+        for cell_id, result in results.items():
+            reevaluate(result, entry_dir / "cells" / f"{cell_id}.safetensors", reject)
     return (None if lines else entry), lines
 
 

@@ -1,0 +1,68 @@
+"""Every number of an entry re-evaluated from the weights it ships: the model is rebuilt from the
+cell's settings, its weights loaded, and it is evaluated again on the regenerated evaluation sets
+and probed again for causality on the trained weights (eval and train mode).
+
+On the machine that trained them the numbers come back to the last bit (also with another
+thread count, and with PyTorch capped at AVX2). On another CPU a sum may run in another order
+(another build of the native scan, another instruction set), so a logit may move in its last
+bits and an argmax at a near tie may flip: the tolerances allow a few targets in a thousand and a
+float32 mean's rounding in the loss. A forged accuracy, or weights swapped between cells (two
+seeds of one model can have the same accuracy, not the same loss to four digits), fall outside.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+ACCURACY_TOLERANCE = 0.005  # absolute: 5 targets in 1,000
+LOSS_TOLERANCE = 1e-4  # relative to max(1, loss)
+
+
+def reevaluate(result: dict, weights: Path, reject) -> None:
+    """Reject (through `reject(where, reason)`) an accuracy or loss that the cell's weights do not
+    reproduce, weights that do not fit the cell's model, and a leak on the trained weights."""
+    import torch
+
+    from ..plan import cell_from_dict
+    from ..probe import causality_probe
+    from ..registry import get_task
+    from ..results import load_weights
+    from ..train import build_model, evaluate
+
+    where = f"cells/{weights.name}"
+    if not weights.is_file():
+        reject(where, "missing: an entry ships the trained weights of every cell, so that its numbers can be "
+                      "re-evaluated")
+        return
+    cell = cell_from_dict(result["cell"])
+    model = build_model(cell)
+    try:
+        load_weights(weights, model)
+    except ValueError as e:
+        reject("weights", str(e))
+        return
+    task = get_task(cell.task, **cell.task_options)
+    device = torch.device("cpu")
+    for ev in result["eval"]:
+        batch, _ = task.eval_set(ev["level"], cell.train["eval_size"])
+        accuracy, loss = evaluate(model, batch, device)
+        field = f"cells/{result['cell_id']}.json: eval[{ev['level_key']}]"
+        if abs(accuracy - ev["accuracy"]) > ACCURACY_TOLERANCE:
+            reject(f"{field}.accuracy", f"claims {ev['accuracy']:.4f}; its weights give {accuracy:.4f} "
+                                        f"(tolerance {ACCURACY_TOLERANCE})")
+        if "loss" in ev and abs(loss - ev["loss"]) > LOSS_TOLERANCE * max(1.0, abs(loss)):
+            reject(f"{field}.loss", f"claims {ev['loss']:.6f}; its weights give {loss:.6f}")
+    validation = result.get("validation")
+    if validation:
+        batch, _ = task.validation_set(cell.train_level, cell.train["eval_size"])
+        accuracy, _ = evaluate(model, batch, device)
+        if abs(accuracy - validation["accuracy"]) > ACCURACY_TOLERANCE:
+            reject(f"cells/{result['cell_id']}.json: validation.accuracy",
+                   f"claims {validation['accuracy']:.4f}; its weights give {accuracy:.4f} (it chooses the lr)")
+    probe_batch = task.sample(cell.train_level, 1, torch.Generator().manual_seed(cell.seed))
+    seq_len = model.adapter(probe_batch).shape[1]
+    for mode in ("eval", "train"):
+        probe = causality_probe(model.backbone, cell.model_options["d_model"], seq_len,
+                                blocked=model.adapter.blocked(probe_batch), seed=cell.seed, train_mode=mode == "train")
+        if probe["verdict"] != "causal":
+            reject(f"cells/{result['cell_id']}.json: causality", f"the probe on the trained weights in {mode} mode "
+                                                                 f"finds the model {probe['verdict']!r}")
