@@ -18,12 +18,14 @@ from tmem_bench.selection import choose
 from tmem_bench.task import MAX_TRAIN_SEED, SEED_BITS
 from tmem_bench.train import build_model, evaluate
 
-LEVELS = {"coordinate_binding": {"n_writes": 5, "noise": 0.05}, "occlusion": {"occlusion_len": 2},
-          "map_building": {"horizon": 4}, "no_harm": {}}
-FORCING = [("coordinate_binding", {"block_queries": True}),
-           ("occlusion", {"n_frames": 4, "hide": "end", "block_hidden": True}),
-           ("map_building", {"block_queries": True}),
-           ("map_building", {"block_queries": True, "encoding": "cells", "n_queries": 8})]
+def middle_level(task) -> dict:
+    """The middle of the small grid the task declares (some evidence seen, some held back)."""
+    return {axis: values[len(values) // 2] for axis, values in task.levels.items()}
+
+
+# Every memory-forcing variant every registered task declares.
+FORCING = [(name, get_task(name).variants[variant]) for name in task_names()
+           for variant in get_task(name).memory_forcing]
 
 
 def write_profile(tmp_path, text: str) -> str:
@@ -53,7 +55,8 @@ levels = {{ n_writes = [3, 5], noise = [0.05] }}
 
 @pytest.mark.parametrize("name", task_names())
 def test_validation_seeds_are_disjoint_from_training_and_evaluation_and_fingerprints_stable(name):
-    task, level = get_task(name), LEVELS[name]
+    task = get_task(name)
+    level = middle_level(task)
     seed = task.validation_seed(level)
     assert MAX_TRAIN_SEED <= seed < SEED_BITS  # above every training seed, and all its bits are used
     evaluated = {get_task(c.task, **c.task_options).eval_seed(lv) % SEED_BITS
@@ -171,7 +174,7 @@ def _reach(model_name, task_name, options, seed=0):
     torch.manual_seed(seed)
     task = get_task(task_name, **options)
     model = TaskModel(task.make_adapter(16), get_backbone(model_name, d_model=16, n_layers=2, n_heads=2))
-    level = {k: v for k, v in LEVELS[task_name].items()}
+    level = middle_level(task)
     return reach_probe(model, task, level, task.sample(level, 4, torch.Generator().manual_seed(seed)), seed=seed)
 
 
