@@ -123,7 +123,7 @@ def test_estimate_scales_with_steps():
 
 def test_affine_fit():
     assert Affine.fit([(8, 0.5), (32, 1.1)]) == Affine(pytest.approx(0.3), pytest.approx(0.025))
-    assert Affine.fit([(8, 1.2), (32, 1.1)]) == Affine(0.0, 1.2 / 32)  # noise: proportional
+    assert Affine.fit([(8, 1.2), (32, 1.1)]) == Affine(0.0, 1.1 / 32)  # noise: proportional
     assert Affine(0.3, 0.025)(128) == pytest.approx(3.5)
     # Between two lengths on a power law: quadratic from 10 to 40 gives 4x at 20.
     mid = Affine.between(20, 10, Affine(0.0, 1.0), 40, Affine(0.0, 16.0))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +71,8 @@ class Affine:
     @classmethod
     def fit(cls, points: list[tuple[int, float]]) -> "Affine":
         (n1, t1), (n2, t2) = min(points), max(points)
-        if n2 == n1 or t2 <= t1:  # one size, or noise larger than the difference: proportional
-            return cls(0.0, max(t1, t2) / n2)
+        if n2 == n1 or t2 <= t1:  # one size, or noise larger than the difference: proportional to the larger
+            return cls(0.0, t2 / n2)
         per_example = (t2 - t1) / (n2 - n1)
         return cls(max(0.0, t1 - per_example * n1), per_example)
 
@@ -257,14 +256,14 @@ class MeasuredCost:
         return self._fit(forward, sizes)
 
     def _fit(self, call, sizes: tuple[int, int]) -> Affine:
-        """Time `call(n)` at both sizes after warming up at the smaller (the first call at a new shape
-        allocates, or compiles), and fit a + b * n."""
-        warm = [call(sizes[0]) for _ in range(self.warmup)]
-        timed = 1 if warm and warm[-1] > SLOW_STEP_S else self.steps
-        # The median: one call slowed by another process on the machine does not move it.
-        points = [(sizes[0], call(sizes[0]))]
-        if sizes[1] != sizes[0]:
-            points.append((sizes[1], statistics.median(call(sizes[1]) for _ in range(timed))))
+        """Time `call(n)` at both sizes, each after warming up at it (the first call at a new shape
+        allocates, or compiles, and took up to ten steady calls here), and fit a + b * n."""
+        points = []
+        for i, n in enumerate(dict.fromkeys(sizes)):
+            warm = [call(n) for _ in range(self.warmup)]
+            timed = 1 if i == 0 or (warm and warm[-1] > SLOW_STEP_S) else self.steps
+            # The fastest: another process on the machine, or a late warm-up, only ever adds time.
+            points.append((n, min(call(n) for _ in range(timed))))
         return Affine.fit(points)
 
 
@@ -499,7 +498,7 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
         sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
         measured += (f", measured here on {resolved} with {threads} thread(s): {meter.measured} shapes (training "
                      f"steps and forward passes, at each model's shortest and longest sequence, interpolated "
-                     f"between) timed at batch sizes {sizes} after {meter.warmup} warm-up, fitted and "
+                     f"between) timed at batch sizes {sizes}, each after {meter.warmup} warm-up, fitted and "
                      f"extrapolated to each cell's ({fmt_duration(meter.seconds)} of measuring)")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         if resolved.type == "cpu" and load > available_cores():
