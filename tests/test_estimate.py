@@ -6,7 +6,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from tmem_bench.estimate import Affine, Cost, MeasuredCost, estimate, fmt_levels, plan_rows
+from tmem_bench.dryrun import fmt_levels
+from tmem_bench.estimate import Affine, Cost, MeasuredCost, estimate, plan_rows
 from tmem_bench.plan import Overrides, plan_run
 from tmem_bench.results import write_json
 from tmem_bench.rundir import RunDir

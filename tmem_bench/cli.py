@@ -212,7 +212,7 @@ def cmd_run(args) -> int:
         slurm_cluster=args.slurm_cluster)
     out = Path(args.out or f"runs/{args.task}-{Path(args.profile).stem}")
     if args.dry_run:
-        from .estimate import dry_run
+        from .dryrun import dry_run
 
         print(dry_run(plan.cells, plan.searches, out, usable(executor), args.device,
                       what=f"{args.task} under profile {args.profile}"), end="")

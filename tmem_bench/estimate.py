@@ -1,5 +1,6 @@
-"""`tmem-bench run --dry-run`: the plan as a table, and the wall time it would take on this machine
-and executor, from a few training steps measured per distinct shape. Nothing is written.
+"""What a plan would cost (`tmem-bench run --dry-run`, printed by dryrun.py): its rows, and the wall
+time they would take on this machine and executor, from a few training steps measured per distinct
+shape. Nothing is written.
 
 A cell costs its setup (building the model, the causality and reach probes), its training steps and
 its evaluation. Per model (model, model options, task, task options) a training step is measured at
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,140 +371,3 @@ def estimate(rows: list[Row], meter: Meter, workers: int | None) -> Estimate:
                 slots[i] += seconds
             wall += max(slots)
     return Estimate(rows, sum(remaining), wall, len(remaining), max(remaining, default=0.0))
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours / 24:.1f} days"
-
-
-def _fmt_values(values) -> str:
-    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-
-
-def fmt_levels(levels: list[dict]) -> str:
-    """Training levels compactly: 'n_writes=5,10,20 noise=0.05' when they are a grid, else each key."""
-    if not levels or not levels[0]:
-        return "-"
-    axes = list(levels[0])
-    values = {a: list(dict.fromkeys(lv[a] for lv in levels)) for a in axes}
-    if math.prod(len(v) for v in values.values()) == len(levels):
-        return " ".join(f"{a}={_fmt_values(v)}" for a, v in values.items())
-    return "; ".join(level_key(lv) for lv in levels)
-
-
-def _fmt_seeds(seeds: list[int]) -> str:
-    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(map(str, seeds))
-
-
-def _columns(header: list[str], body: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
-
-    def line(r):
-        return "  ".join(str(v).rjust(w) if i in right else str(v).ljust(w)
-                         for i, (v, w) in enumerate(zip(r, widths))).rstrip()
-    return [line(header)] + [line(r) for r in body]
-
-
-def render_plan(rows: list[Row]) -> list[str]:
-    out = []
-    for (task, variant) in dict.fromkeys((r.task, r.variant) for r in rows):
-        these = [r for r in rows if (r.task, r.variant) == (task, variant)]
-        cells = sum(len(r.cells) for r in these)
-        out += ["", f"{task} [{variant}]: {cells} cells"]
-        body = []
-        for r in these:
-            lr = _fmt_values(r.lrs) if r.kind != "finals" else "chosen"
-            what = {"cells": "", "trials": "lr trials", "finals": "after selection"}[r.kind]
-            low, high = (fmt_duration(min(r.seconds)), fmt_duration(max(r.seconds))) if r.seconds else ("-", "-")
-            per_cell = low if low == high else f"{low}-{high}"
-            body.append([r.label, fmt_levels(r.levels), str(r.steps), str(r.batch_size), lr, _fmt_seeds(r.seeds),
-                         str(len(r.cells)), str(r.finished), per_cell, what])
-        header = ["model", "training levels", "steps", "batch", "lr", "seeds", "cells", "finished", "per cell", ""]
-        out += ["  " + line for line in _columns(header, body, right={2, 3, 6, 7, 8})]
-    return out
-
-
-def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, executor: str, measured: str,
-           parallel_note: str | None = None) -> str:
-    """The printed dry run: the plan, then the estimate."""
-    rows = est.rows
-    n_cells = sum(len(r.cells) for r in rows)
-    finished = sum(r.finished for r in rows)
-    trials = sum(len(r.cells) for r in rows if r.kind == "trials")
-    finals = sum(len(r.cells) for r in rows if r.kind == "finals")
-    where = (f"{finished} already finished in {run_dir}" if run_dir_exists
-             else f"{run_dir} does not exist yet")
-    selection = (f", of which {trials + finals} in learning-rate selection ({trials} trials + {finals} finals)"
-                 if trials else "")
-    out = [f"dry run of {what}: {n_cells} cells{selection}; {where}. Nothing is trained or written."]
-    out += render_plan(rows)
-    out += ["", f"estimate: {est.remaining} cell(s) to run, {fmt_duration(est.total_s)} of cell time "
-                f"(the longest cell {fmt_duration(est.longest_s)}); {measured}"]
-    if est.wall_s is not None:
-        out.append(f"wall time {executor}: about {fmt_duration(est.wall_s)}")
-    else:
-        out.append(f"{executor}: the wall time depends on how many cells the cluster runs at once; with K at "
-                   f"once it is at least the longer of {fmt_duration(est.total_s)} / K and the longest cell")
-    if parallel_note:
-        out.append(parallel_note)
-    return "\n".join(out) + "\n"
-
-
-def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, what: str,
-            meter: Meter | None = None) -> str:
-    """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
-    measured on this machine; reads `run_dir` if it exists, writes nothing."""
-    from .executors import Executor, LocalPool, available_cores
-    from .train import resolve_device
-
-    resolved = resolve_device(device)
-    note = None
-    if options.kind == "local":
-        gpus = torch.cuda.device_count() if resolved.type == "cuda" else 0
-        pool = LocalPool(options.workers, options.cpus_per_cell, gpus)
-        threads, workers = pool.threads, pool.workers
-        executor = f"on a local pool of {workers} worker(s), {threads} thread(s) each"
-        if gpus == 0 and workers * threads > available_cores():
-            note = (f"note: {workers} workers x {threads} threads exceed the {available_cores()} cores here; "
-                    f"they will run slower than measured")
-        elif workers > 1:
-            note = ("note: measured one cell at a time; workers running together share memory bandwidth "
-                    "and may each run slower")
-    elif options.kind == "serial":
-        threads, workers = Executor(options.cpus_per_cell).threads or torch.get_num_threads(), 1
-        executor = f"one after another in this process, {threads} thread(s)"
-    else:
-        threads, workers = options.cpus_per_cell or 1, None
-        executor = f"--executor {options.kind} ({threads} CPU(s) per cell)"
-    meter = meter or MeasuredCost(resolved, threads)
-    run_dir_exists = Path(run_dir).is_dir()
-    rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
-    measured = "per cell: setup + steps x the step time + evaluation"
-    if isinstance(meter, MeasuredCost):
-        meter.prepare(c for row in rows for c in row.cells)
-    est = estimate(rows, meter, workers)
-    if isinstance(meter, MeasuredCost):
-        sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
-        measured += (f", measured here on {resolved} with {threads} thread(s): {meter.measured} shapes (training "
-                     f"steps and forward passes, at each model's shortest and longest sequence, interpolated "
-                     f"between) timed at batch sizes {sizes}, each after {meter.warmup} warm-up, fitted and "
-                     f"extrapolated to each cell's ({fmt_duration(meter.seconds)} of measuring)")
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        if resolved.type == "cpu" and load > available_cores():
-            # Other processes' work is in every measured step: the estimate is for a machine this busy.
-            busy = (f"note: the load average here is {load:.1f} on {available_cores()} cores, so the measured "
-                    f"times include waiting for a core; on an idle machine the run is faster")
-            note = f"{note}\n{busy}" if note else busy
-    return render(est, what=what, run_dir=Path(run_dir), run_dir_exists=run_dir_exists, executor=executor,
-                  measured=measured, parallel_note=note)
