@@ -12,8 +12,6 @@ hollow and marked in the table: there a fall may be training's, not the state's.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .data import RunData, model_order, per_seed, slug, task_label, task_order, variant_order
+from .figures import save_figure
 from .stats import bootstrap_ci
 from .tables import fmt_ci, md_table
 
@@ -279,28 +278,6 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     return _finish(fig, axes, drawn, f"{drawn['title']}\n{note}")
 
 
-def save(fig, figures_dir: Path, stem: str) -> list[Path]:
-    """PNG and SVG, each written to a temporary file and renamed into place (as figures.save_figure),
-    cropped to what is drawn."""
-    import matplotlib
-
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    with matplotlib.rc_context({"svg.hashsalt": "tmem-bench"}):
-        for ext, metadata in (("png", None), ("svg", {"Date": None})):
-            path = figures_dir / f"{stem}.{ext}"
-            fd, tmp = tempfile.mkstemp(dir=figures_dir, prefix=f".{path.name}.", suffix=f".{ext}")
-            os.close(fd)
-            try:
-                fig.savefig(tmp, format=ext, dpi=110, metadata=metadata, bbox_inches="tight")
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            paths.append(path)
-    return paths
-
-
 def figure_stems(task: str) -> tuple[str, str]:
     return f"capacity_{slug(task)}", f"capacity_state_{slug(task)}"
 
@@ -313,11 +290,11 @@ def build_capacity_figures(data: RunData, figures_dir: Path) -> dict[str, dict]:
         these = [g for g in groups if g.task == task]
         writes, state = figure_stems(task)
         fig, d = accuracy_vs_writes(data, task, these)
-        save(fig, figures_dir, writes)
+        save_figure(fig, figures_dir, writes, tight=True)
         drawn[writes] = d
         made = accuracy_vs_state(data, task, these)
         if made is not None:
-            save(made[0], figures_dir, state)
+            save_figure(made[0], figures_dir, state, tight=True)
             drawn[state] = made[1]
     return drawn
 

@@ -280,8 +280,9 @@ def reliance_figure(reliance: pd.DataFrame, style: Style):
     return _finish(fig, axes, drawn)
 
 
-def save_figure(fig, figures_dir: Path, stem: str) -> list[Path]:
-    """PNG and SVG, each written to a temporary file and renamed into place."""
+def save_figure(fig, figures_dir: Path, stem: str, tight: bool = False) -> list[Path]:
+    """PNG and SVG, each written to a temporary file and renamed into place; `tight` crops them to
+    what is drawn (for figures whose layout does not measure its own text)."""
     import matplotlib
 
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -292,7 +293,7 @@ def save_figure(fig, figures_dir: Path, stem: str) -> list[Path]:
             fd, tmp = tempfile.mkstemp(dir=figures_dir, prefix=f".{path.name}.", suffix=f".{ext}")
             os.close(fd)
             try:
-                fig.savefig(tmp, format=ext, dpi=110, metadata=metadata)
+                fig.savefig(tmp, format=ext, dpi=110, metadata=metadata, bbox_inches="tight" if tight else None)
                 os.replace(tmp, path)
             except BaseException:
                 os.unlink(tmp)
