@@ -169,13 +169,15 @@ def _annotate(run_dir, cell_id, **fields):
 
 
 def _reach(ratio):
-    return {"init": {"ratio": ratio}, "trained": {"ratio": ratio}}
+    init, trained = ratio if isinstance(ratio, tuple) else (ratio, ratio)
+    return {"init": {"ratio": init}, "trained": {"ratio": trained}}
 
 
 @pytest.mark.parametrize("ratio, says", [
     (0.0, "tensor: no path from the evidence to the answer"),
     (2e-5, "tensor: a path whose gradient vanishes (reach 2.0e-05 at init, 2.0e-05 trained)"),
     (0.05, "tensor: a path that carries gradient (reach 0.05 at init, 0.05 trained) but was not learned"),
+    ((0.05, 3e-8), "tensor: a path whose gradient vanished in training (reach 0.05 at init, 3.0e-08 trained)"),
 ])
 def test_nothing_learned_says_which_reach_case_each_model_is_in(tmp_path, ratio, says):
     b = build(tmp_path, {"base": 0.25, "tensor": 0.26}, {"tensor": 0.25})
@@ -232,3 +234,27 @@ def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
     text = write_report(tmp_path).path.read_text()
     assert "## Learning-rate selection" in text
     assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text
+
+
+def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):
+    """The per-model table: each model's case by the power thresholds, its lr with the selection's
+    edge flag, and convergence counted only over seeds whose history could tell."""
+    b = build(tmp_path, {"base": 0.25, "lstm": 0.26, "slots": 0.50, "tensor": 0.90}, {"tensor": 0.25})
+    for cid in b.ids:
+        model = next(m for m in ("base", "lstm", "slots", "tensor") if m in cid)
+        _annotate(tmp_path, cid, reach=_reach({"base": 0.0, "lstm": (0.05, 3e-8)}.get(model, 0.1)),
+                  convergence={"converged": {"slots": False, "base": None}.get(model, True)})
+    search = {"task": "occlusion", "variant": "standard", "label": "tensor", "model": "tensor",
+              "train_level": "occlusion_len=6", "grid": [1e-3], "trials": [], "chosen_lr": 1e-3, "at_edge": True}
+    (tmp_path / "selection.json").write_text(json.dumps({"searches": [search]}))
+    rows = {r["label"]: r for r in power_module.model_rows(load_run(tmp_path))}
+    assert rows["base"]["case"] == "nothing learned: no path from the evidence to the answer"
+    assert rows["base"]["convergence_known"] == 0
+    assert rows["lstm"]["case"].startswith("nothing learned: a path whose gradient vanished in training")
+    assert rows["slots"]["case"] == "too weak; still learning at the end (2 of 2 seeds not converged)"
+    assert rows["tensor"]["case"] == "learned" and rows["tensor"]["converged"] == 2
+    assert rows["tensor"]["memory_off"] == pytest.approx(0.25) and rows["tensor"]["accuracy"] == pytest.approx(0.9)
+    assert rows["tensor"]["lr_at_edge"] and not rows["slots"]["lr_at_edge"]
+    text = write_report(tmp_path).path.read_text()
+    assert "### Every model at the level it was trained at" in text
+    assert "| occlusion | standard | occlusion_len=6 | base |" in text and "| - | 25.0% | 100.0% | nothing learned" in text

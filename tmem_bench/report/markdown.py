@@ -6,7 +6,7 @@ import pandas as pd
 from .capacity import capacity_section
 from .claims import Claim, ClaimSpec, PowerSpec
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
-from .power import CONTROL, power_rule, power_summary
+from .power import CONTROL, model_rows, power_rule, power_summary
 from .selection import selection_lines
 from .stats import N_BOOT
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
@@ -84,7 +84,7 @@ def _claims(claims: list[Claim]) -> list[str]:
     return out
 
 
-def _power(power: list[dict], spec: PowerSpec) -> list[str]:
+def _power(data: RunData, power: list[dict], spec: PowerSpec) -> list[str]:
     out = ["", "## Diagnostic power", "", power_rule(spec), ""]
     if not power:
         return out + ["No cell was evaluated at the level it was trained at."]
@@ -102,16 +102,35 @@ def _power(power: list[dict], spec: PowerSpec) -> list[str]:
               "its accuracy", "its memory off", "its reach (init, trained)", "still learning", "chance", "ceiling",
               "verdict", "why"]
     body = [[r["task"], r["variant"], r["level"], r["seeds"], fmt_pct(r["reference"]), r["best_model"] or "-",
-             fmt_pct(r["best"]), fmt_pct(r["memory_off"]), _reach(r), r.get("best_still_learning") or "no",
+             fmt_pct(r["best"]), fmt_pct(r["memory_off"]), _reach(r["best_reach_init"], r["best_reach_trained"]), r.get("best_still_learning") or "no",
              fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), f"**{r['verdict']}**", r["reason"]] for r in power]
     return out + ["", "Reach: the gradient of the answer tokens' outputs with respect to the evidence tokens, "
                   "relative to that with respect to the answer tokens (0: no path from the evidence to the answer). "
                   "Still learning: seeds whose train loss was still falling at the end (the convergence rule of "
-                  "claims.toml).", "", md_table(header, body)]
+                  "claims.toml).", "", md_table(header, body)] + _per_model(data, spec)
 
 
-def _reach(row: dict) -> str:
-    init, trained = row.get("best_reach_init"), row.get("best_reach_trained")
+def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
+    rows = model_rows(data, spec)
+    if not rows:
+        return []
+    header = ["task", "variant", "level", "model", "lr", "seeds", "accuracy [95% CI]", "memory off",
+              "reach (init, trained)", "converged", "chance", "ceiling", "case"]
+    body = [[r["task"], r["variant"], r["level"], r["label"],
+             "-" if r["lr"] is None else f"{r['lr']:g}" + (" (edge)" if r["lr_at_edge"] else ""), r["seeds"],
+             fmt_ci(r["accuracy"], r["low"], r["high"]), fmt_pct(r["memory_off"]),
+             _reach(r["reach_init"], r["reach_trained"]), f"{r['converged']} of {r['convergence_known']}" if r["convergence_known"] else "-",
+             fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), r["case"]] for r in rows]
+    return ["", "### Every model at the level it was trained at", "",
+            "Each model's own reading by the same thresholds: nothing learned (within "
+            f"{100 * spec.learned_margin:g} points of chance, with the case its information reach is in), too weak "
+            "(less than halfway from chance to ceiling) or learned. lr: the one it was trained at ('edge': chosen "
+            "at the end of the learning-rate grid). Converged: seeds that met the convergence rule, of those whose "
+            "history was long enough to tell.", "",
+            md_table(header, body)]
+
+
+def _reach(init, trained) -> str:
     if init is None or trained is None:
         return "-"
     return f"{init:.2g}, {trained:.2g}"
@@ -201,7 +220,7 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     if data.table.empty:
         out += ["", "No readable cell results: nothing to report yet."]
         return "\n".join(out) + "\n"
-    out += _how_to_read(data) + _claims(claims) + _power(power, power_spec) + selection_lines(data) + _summary(summary)
+    out += _how_to_read(data) + _claims(claims) + _power(data, power, power_spec) + selection_lines(data) + _summary(summary)
     out += _accuracy(data, figures) + capacity_section(data, figures)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
-from .stats import EPS, INCONCLUSIVE
+from .stats import EPS, INCONCLUSIVE, bootstrap_ci
 from .tables import fmt_pct, level_sort_key
 
 DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
@@ -87,6 +87,8 @@ def reach_case(init: float | None, trained: float | None, spec: ReachSpec) -> st
         return "no path from the evidence to the answer"
     if max(init, trained) < spec.vanishing:
         return f"a path whose gradient vanishes (reach {init:.1e} at init, {trained:.1e} trained)"
+    if trained < spec.vanishing:
+        return f"a path whose gradient vanished in training (reach {init:.2g} at init, {trained:.1e} trained)"
     return f"a path that carries gradient (reach {init:.2g} at init, {trained:.2g} trained) but was not learned"
 
 
@@ -139,16 +141,19 @@ def power_rows(data: RunData, spec: PowerSpec | None = None) -> list[dict]:
     the level the cell was trained at): out of distribution a blind reference could be mere failure
     to generalise, not the absence of a memory."""
     spec = spec or load_power()
+    return [_power_row(g, task, variant, level, spec) for task, variant, level, g in _in_distribution(data)]
+
+
+def _in_distribution(data: RunData):
+    """(task, variant, level, rows) for every level models were trained and evaluated at."""
     if data.table.empty:
-        return []
+        return
     t = data.table[data.table["trained_at_level"].astype(bool)]
-    out = []
     for task in task_order(data):
         for variant in variant_order(t[t["task"] == task]):
             v = t[(t["task"] == task) & (t["variant"] == variant)]
             for level in sorted(set(v["level"]), key=level_sort_key):
-                out.append(_power_row(v[v["level"] == level], task, variant, level, spec))
-    return out
+                yield task, variant, level, v[v["level"] == level]
 
 
 def power_summary(rows: list[dict]) -> dict[str, list[str]]:
@@ -158,4 +163,48 @@ def power_summary(rows: list[dict]) -> dict[str, list[str]]:
         variants = out.setdefault(r["task"], [])
         if r["verdict"] == DISCRIMINATES and r["variant"] not in variants:
             variants.append(r["variant"])
+    return out
+
+
+def _model_case(mean: float, chance: float, ceiling: float, reach_init, reach_trained, late: str | None,
+                spec: PowerSpec, reach: ReachSpec) -> str:
+    """Per model, the power rule's reading of its own accuracy: nothing learned (with its reach
+    case), too weak, or learned; a model still falling at the end is said to be still learning."""
+    late_note = f"; still learning at the end ({late} not converged)" if late else ""
+    if mean <= chance + spec.learned_margin + EPS:
+        case = reach_case(reach_init, reach_trained, reach)
+        return "nothing learned" + (f": {case}" if case else "") + late_note
+    if mean < chance + spec.halfway * (ceiling - chance) - EPS:
+        return "too weak" + late_note
+    return "learned" + late_note
+
+
+def model_rows(data: RunData, spec: PowerSpec | None = None, reach: ReachSpec | None = None) -> list[dict]:
+    """Every model at the level it was trained at, per task and variant: its lr (and whether the
+    selection chose it at the grid's edge), accuracy with its 95% interval over seeds, memory-off
+    accuracy, information reach at init and trained, how many seeds converged, and its case."""
+    spec, reach = spec or load_power(), reach or load_reach()
+    edge = {(s["task"], s["variant"], s["label"], s["train_level"]): bool(s.get("at_edge"))
+            for s in data.selection if s.get("chosen_lr") is not None}
+    out = []
+    for task, variant, level, g in _in_distribution(data):
+        chance, ceiling = float(g["chance"].mean()), float(g["ceiling"].mean())
+        for label in model_order(g):
+            m = g[g["label"] == label]
+            mean, low, high = bootstrap_ci(per_seed(m))
+            seeds = m.groupby("seed")["converged"].first()
+            lrs = sorted(set(m["lr"].dropna()))
+            reach_init, reach_trained = _mean(m, "reach_init"), _mean(m, "reach_trained")
+            out.append({
+                "task": task, "variant": variant, "level": level, "label": label,
+                "lr": lrs[0] if len(lrs) == 1 else None,
+                "lr_at_edge": edge.get((task, variant, label, m["train_level"].iloc[0]), False),
+                "seeds": len(seeds), "accuracy": mean, "low": low, "high": high,
+                "memory_off": _mean(m, "accuracy_memory_off"), "reach_init": reach_init,
+                "reach_trained": reach_trained,
+                "converged": int((seeds == True).sum()),  # noqa: E712 - None (unknown) is neither
+                "convergence_known": int(seeds.isin([True, False]).sum()),
+                "chance": chance, "ceiling": ceiling,
+                "case": _model_case(mean, chance, ceiling, reach_init, reach_trained, _still_learning(g, label),
+                                    spec, reach)})
     return out
