@@ -492,8 +492,8 @@ def test_a_variant_is_memory_forcing_by_its_task_options_not_its_label(tmp_path)
 
 def test_every_claim_is_data_decided_by_a_known_rule():
     specs = load_claims()
-    assert [s.id for s in specs] == ["coordinate_binding", "no_harm", "map_building", "occlusion", "saturation",
-                                     "throughput"]
+    assert [s.id for s in specs] == ["coordinate_binding", "capacity", "no_harm", "map_building", "occlusion",
+                                     "saturation", "throughput"]
     for spec in specs:
         assert spec.rule in RULES and spec.name and spec.statement and spec.paper
         assert "{" not in spec.explained() and "None" not in spec.explained()  # every parameter is filled in

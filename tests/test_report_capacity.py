@@ -6,6 +6,7 @@ import pytest
 
 from test_report import CHANCE, RunBuilder
 from tmem_bench.report import load_run, write_report
+from tmem_bench.report.rules import check_claim
 from tmem_bench.report.capacity import (
     THRESHOLDS, build_capacity_figures, capacity_groups, capacity_rows, capacity_section, capacity_table,
 )
@@ -151,3 +152,39 @@ def test_convergence_not_recorded_marks_nothing_and_says_so(tmp_path):
     text = "\n".join(capacity_section(data, build_capacity_figures(data, tmp_path / "figures")))
     assert f"Convergence is not recorded (or the history was too short to tell) for {len(MODELS) * 12} cell(s)" \
         in text
+
+
+def test_the_capacity_claim_per_grid_size_and_at_matched_state(tmp_path):
+    """The claim reads the per-W points: a size that falls below 75% is not supported, one that keeps
+    it is; a fixed-state memory of matched state is compared at each W, one of unmatched state not."""
+    b = capacity_run(tmp_path)
+    slots = {5: [0.70, 0.72, 0.68], 10: [0.50, 0.52, 0.48], 20: [0.60, 0.60, 0.60], 40: [0.20, 0.20, 0.20]}
+    for w, seeds in slots.items():
+        for seed, acc in enumerate(seeds):
+            cid = b.cell("coordinate_binding", "slots", seed, (w, NOISE), {(w, NOISE): acc}, variant=VARIANT)
+            patch(tmp_path, cid, state_bytes=5000, convergence={"converged": True})
+    b.manifest()
+    claim = check_claim(load_run(tmp_path), "capacity")
+    by_model = {e["model"]: e for e in claim.evidence}
+    assert set(by_model) == {"tensor_grid4", "tensor_grid8"}  # labels built from tensor only
+    assert by_model["tensor_grid4"]["verdict"] == "not supported"
+    assert by_model["tensor_grid4"]["first W below 75%"] == "20"
+    assert by_model["tensor_grid8"]["verdict"] == "supported"
+    assert by_model["tensor_grid8"]["W at >= 90%"] == "40+"
+    assert claim.verdict == "not supported"  # no label is plain 'tensor': every size counts
+    assert "tensor_grid8: supported (at or above 75% at every n_writes trained)" in claim.reason
+    matched = [n for n in claim.notes if "at matched state" in n]
+    # slots (5,000 B) is within 1.5x of grid 4 (4 KiB) only; lstm (1 KiB) and grid 8 (32 KiB) match nothing.
+    assert len(matched) == len(WS) and all("tensor_grid4 (4 KiB)" in n and "slots" in n for n in matched)
+    assert any("n_writes=10:" in n and "+42.0" in n and "ahead" in n for n in matched)
+    assert any("n_writes=20:" in n and "+0.0" in n and "level or unresolved" in n for n in matched)
+    assert not any("lstm" in n for n in matched)
+
+
+def test_no_capacity_claim_without_per_w_training(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed in range(2):
+        b.cell("coordinate_binding", "tensor", seed, (10, NOISE), {(w, NOISE): 0.5 for w in WS}, variant=VARIANT)
+    b.manifest()
+    claim = check_claim(load_run(tmp_path), "capacity")
+    assert claim.verdict == "inconclusive" and "at more than one n_writes" in claim.reason

@@ -133,7 +133,7 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _fmt_held(h: dict) -> str:
+def fmt_held(h: dict) -> str:
     if h["largest"] is None:
         text = "none"
     else:
@@ -160,7 +160,7 @@ def capacity_table(group: Group) -> tuple[list[str], list[list[str]]]:
         at = {int(r[AXIS]): r for _, r in mp.iterrows()}
         accuracy = [(fmt_ci(at[w]["accuracy"], at[w]["low"], at[w]["high"])
                      + ("*" if at[w]["not_converged"] else "")) if w in at else "-" for w in ws]
-        body.append([model, state_text] + [_fmt_held(held(mp, t)) for t in THRESHOLDS] + accuracy)
+        body.append([model, state_text] + [fmt_held(held(mp, t)) for t in THRESHOLDS] + accuracy)
     return header, body
 
 

@@ -27,6 +27,8 @@ class ClaimSpec:
     reference: str | None = None
     supported_ratio: float | None = None
     refuted_ratio: float | None = None
+    keeps: float | None = None  # the accuracy the memory must keep at every W (capacity)
+    state_ratio: float | None = None  # models within this factor of each other's state bytes are matched
 
     def explained(self) -> str:
         """`explain` with the entry's values filled in (margins and accuracy tolerances in points)."""
@@ -37,7 +39,8 @@ class ClaimSpec:
             memory=self.memory, baselines=", ".join(self.baselines), reference=self.reference,
             margin=number(self.margin, 100), accuracy_tolerance=number(self.accuracy_tolerance, 100),
             gate_tolerance=number(self.gate_tolerance), supported_ratio=number(self.supported_ratio),
-            refuted_ratio=number(self.refuted_ratio),
+            refuted_ratio=number(self.refuted_ratio), keeps=number(self.keeps, 100),
+            state_ratio=number(self.state_ratio),
         )
 
 

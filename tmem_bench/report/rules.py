@@ -5,10 +5,11 @@ import numpy as np
 import pandas as pd
 
 from ..registry import TASKS
+from .capacity import AXIS, THRESHOLDS, capacity_groups, fmt_bytes, fmt_held, held, points
 from .claims import Claim, ClaimSpec, claim_spec, load_claims
-from .data import RunData, level_key, model_order, per_seed, task_order, variant_order
+from .data import RunData, level_key, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
-from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, combine, compare
+from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
 from .tables import fmt_ci, fmt_pct, fmt_points
 from .views import in_panel, panels, sweep_axis, trained_in_panel
 
@@ -222,7 +223,94 @@ def throughput(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     claim.reason = f"median slowdown {median:.1f}x over {len(ratios)} task(s)"
 
 
+def _keeps(p: pd.DataFrame, keeps: float) -> str:
+    """Supported when the interval lies at or above `keeps` at every W, not supported when it lies
+    entirely below at some W, else inconclusive."""
+    if (p["high"] < keeps).any():
+        return REFUTED
+    return SUPPORTED if (p["low"] >= keeps - 1e-12).all() else INCONCLUSIVE
+
+
+def _fixed_state(p: pd.DataFrame) -> set[str]:
+    """Labels whose state bytes are recorded and the same at every W."""
+    out = set()
+    for label, mp in p.groupby("label"):
+        state = mp["state_bytes"].dropna()
+        if len(state) == len(mp) and state.nunique() == 1:
+            out.add(label)
+    return out
+
+
+def _matched(group, p: pd.DataFrame, memories: list[str], spec: ClaimSpec) -> list[str]:
+    """At each W, each memory label against every fixed-state model of matched state."""
+    rows_, out = group.rows, []
+    others = [m for m in model_order(rows_) if m in _fixed_state(p) and m not in memories]
+    for w in sorted(p[AXIS].unique()):
+        at = p[p[AXIS] == w].set_index("label")
+        for memory in (m for m in memories if m in at.index):
+            for other in (o for o in others if o in at.index):
+                a, b = at.loc[memory, "state_bytes"], at.loc[other, "state_bytes"]
+                if not (a > 0 and b > 0) or max(a, b) / min(a, b) > spec.state_ratio:
+                    continue
+                diff, low, high = bootstrap_diff_ci(
+                    per_seed(rows_[(rows_["label"] == memory) & (rows_[AXIS] == w)]),
+                    per_seed(rows_[(rows_["label"] == other) & (rows_[AXIS] == w)]))
+                reading = ("ahead" if low > spec.margin else "behind" if high < -spec.margin
+                           else "level or unresolved")
+                out.append(f"{AXIS}={w}: {memory} ({fmt_bytes(a)}) {fmt_pct(at.loc[memory, 'accuracy'])} against "
+                           f"{other} ({fmt_bytes(b)}) {fmt_pct(at.loc[other, 'accuracy'])}: "
+                           f"{fmt_points(diff, low, high)} points, {reading}")
+    return out
+
+
+def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
+    """Trained at each W: the memory keeps the paper's accuracy at every W; where each of its sizes
+    saturates; and how it compares with the other fixed-state memories at matched state."""
+    groups = [g for g in capacity_groups(data) if g.task == spec.task]
+    verdicts = []
+    for group in groups:
+        model_of = dict(zip(group.rows["label"], group.rows["model"]))
+        p = points(group)
+        memories = [m for m in model_order(group.rows) if model_of.get(m) == spec.memory]
+        per_label = {}
+        for label in memories:
+            mp = p[p["label"] == label]
+            per_label[label] = verdict = _keeps(mp, spec.keeps)
+            below = mp[mp["high"] < spec.keeps]
+            state = mp["state_bytes"].dropna()
+            claim.evidence.append({
+                "variant": group.variant, "level": level_key(group.panel), "model": label,
+                "state": "-" if state.empty else "-".join(dict.fromkeys([fmt_bytes(state.min()),
+                                                                          fmt_bytes(state.max())])),
+                "accuracy at each W": ", ".join(f"{int(r[AXIS])}: {fmt_ci(r['accuracy'], r['low'], r['high'])}"
+                                                + ("*" if r["not_converged"] else "") for _, r in mp.iterrows()),
+                f"first W below {100 * spec.keeps:g}%": str(int(below[AXIS].min())) if not below.empty else "none",
+                **{f"W at >= {100 * t:g}%": fmt_held(held(mp, t)) for t in THRESHOLDS},
+                "verdict": verdict,
+            })
+        if not per_label:
+            continue
+        headline = per_label.get(spec.memory)
+        verdicts.append(headline if headline is not None else combine(list(per_label.values())))
+        where = task_label(group.task, group.variant) + (f" {level_key(group.panel)}" if group.panel else "")
+        claim.notes += [f"{where}, at matched state: {line}" for line in _matched(group, p, memories, spec)]
+    if not verdicts:
+        claim.reason = (f"this run trains no {spec.memory} model of {spec.task} at more than one {AXIS} "
+                        f"(the capacity profile does)")
+        return
+    claim.verdict = combine(verdicts)
+    first = f"first W below {100 * spec.keeps:g}%"
+    claim.reason = "; ".join(
+        f"{e['model']}: {e['verdict']} ("
+        + (f"at or above {100 * spec.keeps:g}% at every {AXIS} trained" if e[first] == "none"
+           else f"below {100 * spec.keeps:g}% from {AXIS}={e[first]}") + ")" for e in claim.evidence)
+    if any("*" in e["accuracy at each W"] for e in claim.evidence):
+        claim.notes.append("* a seed of that point had not converged (the convergence rule): there a fall may be "
+                           "training's, not the state's")
+
+
 RULES = {
+    "capacity": capacity,
     "memory_vs_baselines": memory_vs_baselines,
     "smaller_drop": smaller_drop,
     "saturation": saturation,
