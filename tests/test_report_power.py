@@ -236,6 +236,15 @@ def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
     assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text
 
 
+def test_a_choice_among_tied_trials_is_not_called_an_edge():
+    from tmem_bench.report.selection import lr_note
+    tied = {"trials": [{"lr": lr, "accuracy": 0.246, "status": "finished"} for lr in (1e-3, 1e-2)], "at_edge": True}
+    assert lr_note(tied) == " (every lr ties)"
+    tied["trials"][0]["accuracy"] = 0.25
+    assert lr_note(tied) == " (edge)"
+    assert lr_note({**tied, "at_edge": False}) == ""
+
+
 def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):
     """The per-model table: each model's case by the power thresholds, its lr with the selection's
     edge flag, and convergence counted only over seeds whose history could tell."""
@@ -254,7 +263,7 @@ def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):
     assert rows["slots"]["case"] == "too weak; still learning at the end (2 of 2 seeds not converged)"
     assert rows["tensor"]["case"] == "learned" and rows["tensor"]["converged"] == 2
     assert rows["tensor"]["memory_off"] == pytest.approx(0.25) and rows["tensor"]["accuracy"] == pytest.approx(0.9)
-    assert rows["tensor"]["lr_at_edge"] and not rows["slots"]["lr_at_edge"]
+    assert rows["tensor"]["lr_note"] == " (edge)" and rows["slots"]["lr_note"] == ""
     text = write_report(tmp_path).path.read_text()
     assert "### Every model at the level it was trained at" in text
     assert "| occlusion | standard | occlusion_len=6 | base |" in text and "| - | 25.0% | 100.0% | nothing learned" in text

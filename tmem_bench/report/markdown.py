@@ -117,7 +117,7 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
     header = ["task", "variant", "level", "model", "lr", "seeds", "accuracy [95% CI]", "memory off",
               "reach (init, trained)", "converged", "chance", "ceiling", "case"]
     body = [[r["task"], r["variant"], r["level"], r["label"],
-             "-" if r["lr"] is None else f"{r['lr']:g}" + (" (edge)" if r["lr_at_edge"] else ""), r["seeds"],
+             "-" if r["lr"] is None else f"{r['lr']:g}" + r["lr_note"], r["seeds"],
              fmt_ci(r["accuracy"], r["low"], r["high"]), fmt_pct(r["memory_off"]),
              _reach(r["reach_init"], r["reach_trained"]), f"{r['converged']} of {r['convergence_known']}" if r["convergence_known"] else "-",
              fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), r["case"]] for r in rows]
@@ -125,7 +125,7 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
             "Each model's own reading by the same thresholds: nothing learned (within "
             f"{100 * spec.learned_margin:g} points of chance, with the case its information reach is in), too weak "
             "(less than halfway from chance to ceiling) or learned. lr: the one it was trained at ('edge': chosen "
-            "at the end of the learning-rate grid). Converged: seeds that met the convergence rule, of those whose "
+            "at the end of the learning-rate grid; 'every lr ties': every trial scored the same). Converged: seeds that met the convergence rule, of those whose "
             "history was long enough to tell.", "",
             md_table(header, body)]
 

@@ -9,6 +9,7 @@ import pandas as pd
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
 from .stats import EPS, INCONCLUSIVE, bootstrap_ci
+from .selection import lr_note
 from .tables import fmt_pct, level_sort_key
 
 DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
@@ -180,12 +181,12 @@ def _model_case(mean: float, chance: float, ceiling: float, reach_init, reach_tr
 
 
 def model_rows(data: RunData, spec: PowerSpec | None = None, reach: ReachSpec | None = None) -> list[dict]:
-    """Every model at the level it was trained at, per task and variant: its lr (and whether the
-    selection chose it at the grid's edge), accuracy with its 95% interval over seeds, memory-off
+    """Every model at the level it was trained at, per task and variant: its lr (and the selection's
+    note on it: at the grid's edge, or every lr tied), accuracy with its 95% interval over seeds, memory-off
     accuracy, information reach at init and trained, how many seeds converged, and its case."""
     spec, reach = spec or load_power(), reach or load_reach()
-    edge = {(s["task"], s["variant"], s["label"], s["train_level"]): bool(s.get("at_edge"))
-            for s in data.selection if s.get("chosen_lr") is not None}
+    notes = {(s["task"], s["variant"], s["label"], s["train_level"]): lr_note(s)
+             for s in data.selection if s.get("chosen_lr") is not None}
     out = []
     for task, variant, level, g in _in_distribution(data):
         chance, ceiling = float(g["chance"].mean()), float(g["ceiling"].mean())
@@ -198,7 +199,7 @@ def model_rows(data: RunData, spec: PowerSpec | None = None, reach: ReachSpec | 
             out.append({
                 "task": task, "variant": variant, "level": level, "label": label,
                 "lr": lrs[0] if len(lrs) == 1 else None,
-                "lr_at_edge": edge.get((task, variant, label, m["train_level"].iloc[0]), False),
+                "lr_note": notes.get((task, variant, label, m["train_level"].iloc[0]), ""),
                 "seeds": len(seeds), "accuracy": mean, "low": low, "high": high,
                 "memory_off": _mean(m, "accuracy_memory_off"), "reach_init": reach_init,
                 "reach_trained": reach_trained,

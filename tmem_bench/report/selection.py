@@ -6,6 +6,15 @@ from .data import RunData, ordered, MODEL_ORDER
 from .tables import fmt_pct, md_table
 
 
+def lr_note(search: dict) -> str:
+    """' (edge)' where the chosen lr ends the grid; ' (every lr ties)' where every trial has the same
+    validation accuracy, so the choice fell to the validation loss and an edge says nothing."""
+    accuracies = {t["accuracy"] for t in search.get("trials") or [] if t.get("status") != "diverged"}
+    if len(search.get("trials") or []) > 1 and len(accuracies) == 1:
+        return " (every lr ties)"
+    return " (edge)" if search.get("at_edge") else ""
+
+
 def selection_lines(data: RunData) -> list[str]:
     if not data.selection:
         return []
@@ -15,7 +24,8 @@ def selection_lines(data: RunData) -> list[str]:
            "best validation accuracy chose the lr (a diverged trial ranks last; ties go to the lower validation "
            "loss, then the smaller lr), and the remaining seeds were trained at it. Only the chosen cells appear in "
            "the rest of this report. **bold**: chosen; 'edge': the chosen lr is the smallest or largest of the grid, "
-           "so the optimum may lie outside it.", ""]
+           "so the optimum may lie outside it; 'every lr ties': every trial scored the same (the validation loss "
+           "chose), so the grid says nothing of an optimum.", ""]
     groups: dict[tuple, list[dict]] = {}
     for search in data.selection:
         groups.setdefault((search["task"], search["variant"], search["train_level"]), []).append(search)
@@ -31,7 +41,7 @@ def selection_lines(data: RunData) -> list[str]:
                 t = accuracy.get(lr)
                 text = "-" if t is None else fmt_pct(t["accuracy"]) + (" (diverged)" if t["status"] == "diverged" else "")
                 cells.append(f"**{text}**" if lr == s["chosen_lr"] else text)
-            chosen = "none yet" if s["chosen_lr"] is None else f"{s['chosen_lr']:g}" + (" (edge)" if s["at_edge"] else "")
+            chosen = "none yet" if s["chosen_lr"] is None else f"{s['chosen_lr']:g}" + lr_note(s)
             body.append([label, *cells, chosen])
         variant_text = "" if variant == "standard" else f" [{variant}]"
         out += [f"### {task}{variant_text} @ {level}", "",
