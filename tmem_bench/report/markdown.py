@@ -99,13 +99,14 @@ def _power(data: RunData, power: list[dict], spec: PowerSpec) -> list[str]:
             line = f"discriminates in {', '.join(good)}" + (f"; not in {', '.join(rest)}" if rest else "")
         out.append(f"- {task}: {line}")
     header = ["task", "variant", "level", "seeds", f"{spec.attention_reference} (attention)", "best model",
-              "its accuracy", "its memory off", "its reach (init, trained)", "still learning", "chance", "ceiling",
+              "its accuracy", "its lead over the next (points)", "its memory off", "its reach (init, trained)", "still learning", "chance", "ceiling",
               "verdict", "why"]
     body = [[r["task"], r["variant"], r["level"], r["seeds"], fmt_pct(r["reference"]), r["best_model"] or "-",
-             fmt_pct(r["best"]), fmt_pct(r["memory_off"]), _reach(r["best_reach_init"], r["best_reach_trained"]), r.get("best_still_learning") or "no",
+             fmt_pct(r["best"]), _lead(r["lead"]), fmt_pct(r["memory_off"]), _reach(r["best_reach_init"], r["best_reach_trained"]), r.get("best_still_learning") or "no",
              fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), f"**{r['verdict']}**", r["reason"]] for r in power]
     return out + ["", "Reach: the gradient of the answer tokens' outputs with respect to the evidence tokens, "
                   "relative to that with respect to the answer tokens (0: no path from the evidence to the answer). "
+                  "Lead: the best model's mean minus the next one's, with the 95% bootstrap interval of the difference. "
                   "Still learning: seeds whose train loss was still falling at the end (the convergence rule of "
                   "claims.toml).", "", md_table(header, body)] + _per_model(data, spec)
 
@@ -128,6 +129,12 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
             "at the end of the learning-rate grid; 'every lr ties': every trial scored the same). Converged: seeds that met the convergence rule, of those whose "
             "history was long enough to tell.", "",
             md_table(header, body)]
+
+
+def _lead(lead: dict | None) -> str:
+    if lead is None:
+        return "-"
+    return f"{fmt_points(lead['diff'], lead['low'], lead['high'])} over {lead['over']}"
 
 
 def _reach(init, trained) -> str:

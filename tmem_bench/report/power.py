@@ -8,7 +8,7 @@ import pandas as pd
 
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
-from .stats import EPS, INCONCLUSIVE, bootstrap_ci
+from .stats import EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
 from .selection import lr_note
 from .tables import fmt_pct, level_sort_key
 
@@ -129,7 +129,13 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         verdict, why = power_verdict(reference, best, best_model, memory_off, chance, ceiling, spec)
         why = _explain_failure(honest, [m for m in means], best_model, why, reach or load_reach())
     best_rows = g[g["label"] == best_model]
-    return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()),
+    runner_up = max((m for m in means if m != best_model), key=means.get, default=None)
+    lead = None
+    if runner_up is not None:
+        diff, low, high = bootstrap_diff_ci(per_seed(honest[honest["label"] == best_model]),
+                                            per_seed(honest[honest["label"] == runner_up]))
+        lead = {"over": runner_up, "diff": diff, "low": low, "high": high}
+    return {"lead": lead,"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()),
             "reference": reference, "best_model": best_model, "best": best, "memory_off": memory_off,
             "chance": chance, "ceiling": ceiling, "verdict": verdict, "reason": why,
             "best_still_learning": _still_learning(g, best_model) if best_model else None,
