@@ -7,6 +7,7 @@ import torch
 
 from tmem_bench.convergence import ConvergenceRule, convergence
 from tmem_bench.errors import UsageError
+from tmem_bench.levels import level_key
 from tmem_bench.model import TaskModel
 from tmem_bench.plan import Overrides, load_profile, make_plan, plan_run, plan_task_searches, profile_names
 from tmem_bench.reach import reach_probe
@@ -77,13 +78,23 @@ def test_a_grid_of_one_lr_plans_exactly_the_cells_of_a_scalar_lr(tmp_path):
 
 
 def test_built_in_profiles_keep_the_cell_ids_of_their_committed_runs():
+    docs = pytest.importorskip("pathlib").Path(__file__).parents[1] / "docs"
     for profile, run in (("quick", "example-quick-all"), ("study", "study")):
-        manifest = json.loads((pytest.importorskip("pathlib").Path(__file__).parents[1] / "docs" / run
-                               / "manifest.json").read_text())
+        manifest = json.loads((docs / run / "manifest.json").read_text())
         committed = {c["id"] if isinstance(c, dict) else c for c in manifest["cells"]}
-        if profile == "study" and plan_run("all", profile).searches:
-            continue  # the study now selects learning rates: its committed run is the new one
-        assert {c.id for c in make_plan("all", profile)} == committed
+        assert {p.stem for p in (docs / run / "cells").glob("*.json")} == committed
+        plan = plan_run("all", profile)
+        planned = {c.id for c in plan.cells}
+        if plan.searches:
+            # The finals follow the committed run's selection: the plan's trials, each search's
+            # seeds at the lr that run chose, and nothing else.
+            chosen = {(s["task"], s["variant"], s["label"], s["train_level"]): s["chosen_lr"]
+                      for s in json.loads((docs / run / "selection.json").read_text())["searches"]}
+            for search in plan.searches:
+                trial = search.trials[0]
+                lr = chosen[(trial.task, trial.variant, trial.label, level_key(trial.train_level))]
+                planned |= {c.id for c in search.finals(lr)}
+        assert planned == committed
 
 
 def test_a_grid_plans_every_lr_at_the_first_seed_and_the_other_seeds_later(tmp_path):
