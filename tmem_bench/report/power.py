@@ -8,8 +8,8 @@ import pandas as pd
 
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
-from .stats import EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
 from .selection import lr_note
+from .stats import EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
 from .tables import fmt_pct, level_sort_key
 
 DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
@@ -135,7 +135,7 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         diff, low, high = bootstrap_diff_ci(per_seed(honest[honest["label"] == best_model]),
                                             per_seed(honest[honest["label"] == runner_up]))
         lead = {"over": runner_up, "diff": diff, "low": low, "high": high}
-    return {"lead": lead,"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()),
+    return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()), "lead": lead,
             "reference": reference, "best_model": best_model, "best": best, "memory_off": memory_off,
             "chance": chance, "ceiling": ceiling, "verdict": verdict, "reason": why,
             "best_still_learning": _still_learning(g, best_model) if best_model else None,
@@ -188,8 +188,8 @@ def _model_case(mean: float, chance: float, ceiling: float, reach_init, reach_tr
 
 def model_rows(data: RunData, spec: PowerSpec | None = None, reach: ReachSpec | None = None) -> list[dict]:
     """Every model at the level it was trained at, per task and variant: its lr (and the selection's
-    note on it: at the grid's edge, or every lr tied), accuracy with its 95% interval over seeds, memory-off
-    accuracy, information reach at init and trained, how many seeds converged, and its case."""
+    note on it: at the grid's edge, or every lr tied), accuracy with its 95% interval over seeds,
+    memory-off accuracy, information reach at init and trained, how many seeds converged, and its case."""
     spec, reach = spec or load_power(), reach or load_reach()
     notes = {(s["task"], s["variant"], s["label"], s["train_level"]): lr_note(s)
              for s in data.selection if s.get("chosen_lr") is not None}
