@@ -267,7 +267,8 @@ def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):
     assert rows["tensor"]["lr_note"] == " (edge)" and rows["slots"]["lr_note"] == ""
     text = write_report(tmp_path).path.read_text()
     assert "### Every model at the level it was trained at" in text
-    assert "| occlusion | standard | occlusion_len=6 | base |" in text and "| - | 25.0% | 100.0% | nothing learned" in text
+    assert "| occlusion | standard | occlusion_len=6 | base |" in text
+    assert "| - | 25.0% | 100.0% | nothing learned" in text
 
 
 def test_the_best_models_lead_over_the_next_with_its_interval(tmp_path):

@@ -99,14 +99,16 @@ def _power(data: RunData, power: list[dict], spec: PowerSpec) -> list[str]:
             line = f"discriminates in {', '.join(good)}" + (f"; not in {', '.join(rest)}" if rest else "")
         out.append(f"- {task}: {line}")
     header = ["task", "variant", "level", "seeds", f"{spec.attention_reference} (attention)", "best model",
-              "its accuracy", "its lead over the next (points)", "its memory off", "its reach (init, trained)", "still learning", "chance", "ceiling",
-              "verdict", "why"]
+              "its accuracy", "its lead over the next (points)", "its memory off", "its reach (init, trained)",
+              "still learning", "chance", "ceiling", "verdict", "why"]
     body = [[r["task"], r["variant"], r["level"], r["seeds"], fmt_pct(r["reference"]), r["best_model"] or "-",
-             fmt_pct(r["best"]), _lead(r["lead"]), fmt_pct(r["memory_off"]), _reach(r["best_reach_init"], r["best_reach_trained"]), r.get("best_still_learning") or "no",
+             fmt_pct(r["best"]), _lead(r["lead"]), fmt_pct(r["memory_off"]),
+             _reach(r["best_reach_init"], r["best_reach_trained"]), r.get("best_still_learning") or "no",
              fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), f"**{r['verdict']}**", r["reason"]] for r in power]
     return out + ["", "Reach: the gradient of the answer tokens' outputs with respect to the evidence tokens, "
                   "relative to that with respect to the answer tokens (0: no path from the evidence to the answer). "
-                  "Lead: the best model's mean minus the next one's, with the 95% bootstrap interval of the difference. "
+                  "Lead: the best model's mean minus the next one's, with the 95% bootstrap interval of the "
+                  "difference. "
                   "Still learning: seeds whose train loss was still falling at the end (the convergence rule of "
                   "claims.toml).", "", md_table(header, body)] + _per_model(data, spec)
 
@@ -120,14 +122,15 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
     body = [[r["task"], r["variant"], r["level"], r["label"],
              "-" if r["lr"] is None else f"{r['lr']:g}" + r["lr_note"], r["seeds"],
              fmt_ci(r["accuracy"], r["low"], r["high"]), fmt_pct(r["memory_off"]),
-             _reach(r["reach_init"], r["reach_trained"]), f"{r['converged']} of {r['convergence_known']}" if r["convergence_known"] else "-",
+             _reach(r["reach_init"], r["reach_trained"]),
+             f"{r['converged']} of {r['convergence_known']}" if r["convergence_known"] else "-",
              fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), r["case"]] for r in rows]
     return ["", "### Every model at the level it was trained at", "",
             "Each model's own reading by the same thresholds: nothing learned (within "
             f"{100 * spec.learned_margin:g} points of chance, with the case its information reach is in), too weak "
             "(less than halfway from chance to ceiling) or learned. lr: the one it was trained at ('edge': chosen "
-            "at the end of the learning-rate grid; 'every lr ties': every trial scored the same). Converged: seeds that met the convergence rule, of those whose "
-            "history was long enough to tell.", "",
+            "at the end of the learning-rate grid; 'every lr ties': every trial scored the same). Converged: "
+            "seeds that met the convergence rule, of those whose history was long enough to tell.", "",
             md_table(header, body)]
 
 
@@ -227,7 +230,8 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     if data.table.empty:
         out += ["", "No readable cell results: nothing to report yet."]
         return "\n".join(out) + "\n"
-    out += _how_to_read(data) + _claims(claims) + _power(data, power, power_spec) + selection_lines(data) + _summary(summary)
+    out += _how_to_read(data) + _claims(claims) + _power(data, power, power_spec) + selection_lines(data)
+    out += _summary(summary)
     out += _accuracy(data, figures) + capacity_section(data, figures)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)

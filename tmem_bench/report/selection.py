@@ -39,7 +39,8 @@ def selection_lines(data: RunData) -> list[str]:
             cells = []
             for lr in grid:
                 t = accuracy.get(lr)
-                text = "-" if t is None else fmt_pct(t["accuracy"]) + (" (diverged)" if t["status"] == "diverged" else "")
+                diverged = t is not None and t["status"] == "diverged"
+                text = "-" if t is None else fmt_pct(t["accuracy"]) + (" (diverged)" if diverged else "")
                 cells.append(f"**{text}**" if lr == s["chosen_lr"] else text)
             chosen = "none yet" if s["chosen_lr"] is None else f"{s['chosen_lr']:g}" + lr_note(s)
             body.append([label, *cells, chosen])
