@@ -19,7 +19,7 @@ C = CHANCE["coordinate_binding"]
 MODELS = {
     "base": ("base", None, {w: [C, C, C] for w in WS}),
     "tensor_grid4": ("tensor", 4096, {5: [0.95, 0.93, 0.97], 10: [0.92, 0.90, 0.94], 20: [0.60, 0.55, 0.65],
-                                      40: [0.30, 0.30, 0.30]}),
+                                      40: [C + 0.01, C, C + 0.02]}),  # nothing learned: a plateau, or the limit
     "tensor_grid8": ("tensor", 32768, {5: [0.98, 0.98, 0.98], 10: [0.97, 0.96, 0.98], 20: [0.93, 0.92, 0.94],
                                        40: [0.91, 0.90, 0.92]}),
     "lstm": ("lstm", 1024, {5: [0.80, 0.82, 0.78], 10: [0.40, 0.45, 0.35], 20: [0.20, 0.20, 0.20],
@@ -82,6 +82,8 @@ def test_largest_w_held_per_threshold(run):
     # lstm falls below 50% at W=10, where a seed had not converged: the fall may be training's.
     assert rows["lstm"]["held"][0.5]["unconverged_below"]
     assert not rows["tensor_grid4"]["held"][0.5]["unconverged_below"]
+    assert rows["tensor_grid4"]["held"][0.5]["nothing_learned_below"]
+    assert not rows["tensor_grid4"]["held"][0.9]["nothing_learned_below"]
     assert rows["lstm"]["not_converged_at"] == [10]
     assert rows["tensor_grid8"]["not_converged_at"] == [40]
 
@@ -91,14 +93,19 @@ def test_table_text(run):
     assert header[:4] == ["model", "state", "W at >= 90%", "W at >= 50%"]
     assert header[4:] == [f"W={w}" for w in WS]
     table = {r[0]: r for r in body}
-    assert table["tensor_grid4"][1:4] == ["4 KiB", "10", "20"]
+    assert table["tensor_grid4"][1:4] == ["4 KiB", "10", "20°"]  # it falls under 50% where it learned nothing
     assert table["tensor_grid8"][1:4] == ["32 KiB", "40+", "40+"]
     assert table["lstm"][1:4] == ["1 KiB", "none", "5*"]
-    assert table["base"][1:4] == ["-", "none", "none"]
+    assert table["base"][1:4] == ["-", "none°", "none°"]
     # Accuracy at each W is the mean over seeds at the level trained at, never another level's.
     assert table["tensor_grid4"][4].startswith("95.0% [")
     assert table["tensor_grid8"][7].endswith("*") and not table["tensor_grid8"][6].endswith("*")
     assert table["lstm"][5].endswith("*")
+    # Nothing learned at grid 4's W=40 (within 5 points of chance), though its loss had converged; lstm's
+    # 10% at W=40 is more than 5 points above chance 3.1%.
+    assert table["tensor_grid4"][7].endswith("°") and not table["tensor_grid4"][7].endswith("*°")
+    assert not table["lstm"][7].endswith("°") and not table["tensor_grid4"][6].endswith("°")
+    assert all(cell.endswith("°") for cell in table["base"][4:])
 
 
 def test_figures(run, tmp_path):
@@ -129,7 +136,7 @@ def test_figures(run, tmp_path):
 def test_report_has_the_section(run):
     text = write_report(run).path.read_text()
     assert "## Capacity" in text
-    assert "| tensor_grid4 | 4 KiB | 10 | 20 |" in text
+    assert "| tensor_grid4 | 4 KiB | 10 | 20° |" in text
 
 
 def test_no_capacity_section_without_per_level_training(tmp_path):
@@ -169,10 +176,13 @@ def test_the_capacity_claim_per_grid_size_and_at_matched_state(tmp_path):
     assert set(by_model) == {"tensor_grid4", "tensor_grid8"}  # labels built from tensor only
     assert by_model["tensor_grid4"]["verdict"] == "not supported"
     assert by_model["tensor_grid4"]["first W below 75%"] == "20"
+    assert by_model["tensor_grid4"]["accuracy at each W"].endswith("°")
     assert by_model["tensor_grid8"]["verdict"] == "supported"
     assert by_model["tensor_grid8"]["W at >= 90%"] == "40+"
     assert claim.verdict == "not supported"  # no label is plain 'tensor': every size counts
     assert "tensor_grid8: supported (at or above 75% at every n_writes trained)" in claim.reason
+    assert "tensor_grid4: not supported (below 75% from n_writes=20)" in claim.reason  # 20 was learned
+    assert any(n.startswith("° nothing was learned at that point") for n in claim.notes)
     matched = [n for n in claim.notes if "at matched state" in n]
     # slots (5,000 B) is within 1.5x of grid 4 (4 KiB) only; lstm (1 KiB) and grid 8 (32 KiB) match nothing.
     assert len(matched) == len(WS) and all("tensor_grid4 (4 KiB)" in n and "slots" in n for n in matched)
@@ -188,3 +198,16 @@ def test_no_capacity_claim_without_per_w_training(tmp_path):
     b.manifest()
     claim = check_claim(load_run(tmp_path), "capacity")
     assert claim.verdict == "inconclusive" and "at more than one n_writes" in claim.reason
+
+
+def test_a_claim_that_fails_where_nothing_was_learned_says_so(tmp_path):
+    """A loss flat at chance may be a plateau that more steps would leave: the reason says where."""
+    b = RunBuilder(tmp_path)
+    for w, acc in ((5, 0.95), (10, C + 0.01)):
+        for seed in range(3):
+            cid = b.cell("coordinate_binding", "tensor", seed, (w, NOISE), {(w, NOISE): acc}, variant=VARIANT)
+            patch(tmp_path, cid, state_bytes=4096, convergence={"converged": True})
+    b.manifest()
+    claim = check_claim(load_run(tmp_path), "capacity")
+    assert claim.verdict == "not supported"
+    assert claim.reason == "tensor: not supported (below 75% from n_writes=10, where nothing was learned)"

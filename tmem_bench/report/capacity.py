@@ -7,7 +7,10 @@ ceiling; accuracy against the bytes of state each model carries, at each W, one 
 label (the grid sizes of one memory are separate labels), so that memories are compared at matched
 state; and a table of the largest W at which each model stays at or above 90% and 50% accuracy.
 Points whose training had not converged (the cells' `converged`, from the study's rule) are drawn
-hollow and marked in the table: there a fall may be training's, not the state's.
+hollow and marked in the table: there a fall may be training's, not the state's. Points where nothing
+was learned (within the power rule's margin of chance) are marked too, converged or not: a loss flat at
+chance may be a plateau that learning has not yet left, which the convergence rule cannot tell from a
+limit.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .claims import load_power
 from .data import RunData, model_order, per_seed, slug, task_label, task_order, variant_order
 from .figures import save_figure
 from .stats import bootstrap_ci
@@ -25,6 +29,7 @@ from .tables import fmt_ci, md_table
 
 AXIS = "n_writes"
 THRESHOLDS = (0.9, 0.5)
+UNCONVERGED, AT_CHANCE = "*", "°"
 
 
 @dataclass
@@ -79,20 +84,24 @@ def _is_false(value) -> bool:
 
 def points(group: Group) -> pd.DataFrame:
     """One row per model and W: mean accuracy over seeds with its 95% bootstrap interval, the seeds,
-    chance and ceiling, the state bytes, and how many seeds had not converged or do not say."""
+    chance and ceiling, the state bytes, how many seeds had not converged or do not say, and whether
+    nothing was learned (the mean within the power rule's margin of chance)."""
+    power = load_power()
     out = []
     for (model, w), g in group.rows.groupby(["label", AXIS]):
         mean, low, high = bootstrap_ci(per_seed(g))
         cells = g.drop_duplicates("cell_id")
         state = pd.to_numeric(cells.get("state_bytes", pd.Series(dtype=float)), errors="coerce").dropna()
         converged = list(cells["converged"]) if "converged" in cells else [None] * len(cells)
+        chance = float(g["chance"].mean())
         out.append({
             "label": model, AXIS: int(w), "accuracy": mean, "low": low, "high": high,
-            "seeds": int(g["seed"].nunique()), "chance": float(g["chance"].mean()),
+            "seeds": int(g["seed"].nunique()), "chance": chance,
             "ceiling": float(g["ceiling"].mean()),
             "state_bytes": float(state.median()) if not state.empty else math.nan,
             "not_converged": sum(_is_false(c) for c in converged),
             "convergence_unknown": sum(c is None or (isinstance(c, float) and math.isnan(c)) for c in converged),
+            "nothing_learned": power.nothing_learned(mean, chance),
         })
     frame = pd.DataFrame(out)
     if frame.empty:
@@ -105,8 +114,9 @@ def points(group: Group) -> pd.DataFrame:
 def held(model_points: pd.DataFrame, threshold: float) -> dict:
     """The largest W at which a model's mean accuracy is at or above `threshold` at that W and at
     every smaller W it was trained at. `largest` is None when it is below already at the smallest W;
-    `through_all` when it holds at every W; `first_below` the W where it first falls under, and
-    `unconverged_below` whether training had not converged there (the fall may then be training's)."""
+    `through_all` when it holds at every W; `first_below` the W where it first falls under,
+    `unconverged_below` whether training had not converged there (the fall may then be training's) and
+    `nothing_learned_below` whether nothing was learned there (a plateau, or the state's limit)."""
     p = model_points.sort_values(AXIS)
     largest, first_below = None, None
     for _, r in p.iterrows():
@@ -121,6 +131,7 @@ def held(model_points: pd.DataFrame, threshold: float) -> dict:
         "through_all": first_below is None,
         "first_below": None if first_below is None else int(first_below[AXIS]),
         "unconverged_below": bool(first_below is not None and first_below["not_converged"] > 0),
+        "nothing_learned_below": bool(first_below is not None and first_below["nothing_learned"]),
     }
 
 
@@ -138,12 +149,17 @@ def fmt_held(h: dict) -> str:
         text = "none"
     else:
         text = f"{h['largest']}" + ("+" if h["through_all"] else "")
-    return text + ("*" if h["unconverged_below"] else "")
+    return text + (UNCONVERGED if h["unconverged_below"] else "") + (AT_CHANCE if h["nothing_learned_below"] else "")
+
+
+def marks(point) -> str:
+    """A point's marks: * a seed had not converged, ° nothing was learned."""
+    return (UNCONVERGED if point["not_converged"] else "") + (AT_CHANCE if point["nothing_learned"] else "")
 
 
 def capacity_table(group: Group) -> tuple[list[str], list[list[str]]]:
     """(header, body) of the group's table: per model its state, the largest W held at each
-    threshold, and its accuracy at each W (a * where a seed had not converged)."""
+    threshold, and its accuracy at each W with its marks."""
     p = points(group)
     ws = sorted(p[AXIS].unique())
     header = ["model", "state"] + [f"W at >= {100 * t:g}%" for t in THRESHOLDS] + [f"W={w}" for w in ws]
@@ -158,8 +174,8 @@ def capacity_table(group: Group) -> tuple[list[str], list[list[str]]]:
         else:
             state_text = f"{fmt_bytes(state.min())}-{fmt_bytes(state.max())}"
         at = {int(r[AXIS]): r for _, r in mp.iterrows()}
-        accuracy = [(fmt_ci(at[w]["accuracy"], at[w]["low"], at[w]["high"])
-                     + ("*" if at[w]["not_converged"] else "")) if w in at else "-" for w in ws]
+        accuracy = [fmt_ci(at[w]["accuracy"], at[w]["low"], at[w]["high"]) + marks(at[w]) if w in at else "-"
+                    for w in ws]
         body.append([model, state_text] + [fmt_held(held(mp, t)) for t in THRESHOLDS] + accuracy)
     return header, body
 
@@ -316,8 +332,11 @@ def capacity_section(data: RunData, figures: dict) -> list[str]:
            f"trained at: 'none' is below already at the smallest, '+' holds at every {AXIS} trained. A * marks "
            f"a point where training had not converged in some seed (the study's convergence rule), and, on a "
            f"largest {AXIS}, that the first point below the threshold had not converged: there the fall may be "
-           f"training's, not the state's. 'state' is the bytes of state the backbone carries at that length "
-           f"('-': the backbone reports none).", ""]
+           f"training's, not the state's. A {AT_CHANCE} marks a point where nothing was learned (the mean "
+           f"within {100 * load_power().learned_margin:g} points of chance), and, on a largest {AXIS}, that the "
+           f"first point below was one: a loss flat at chance may be a plateau that more steps would leave, "
+           f"which the convergence rule cannot tell from the state's limit. 'state' is the bytes of state the "
+           f"backbone carries at that length ('-': the backbone reports none).", ""]
     unknown = sum(int(points(g)["convergence_unknown"].sum()) for g in groups)
     if unknown:
         out += [f"Convergence is not recorded (or the history was too short to tell) for {unknown} cell(s); "

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from .stats import INCONCLUSIVE
+from .stats import EPS, INCONCLUSIVE
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,14 @@ class PowerSpec:
     halfway: float
     memory_off_margin: float
     learned_margin: float
+
+    def halfway_mark(self, chance: float, ceiling: float) -> float:
+        """The accuracy `halfway` of the way from chance to ceiling."""
+        return chance + self.halfway * (ceiling - chance)
+
+    def nothing_learned(self, accuracy: float, chance: float) -> bool:
+        """At most `learned_margin` above chance (inclusive up to stats.EPS)."""
+        return accuracy <= chance + self.learned_margin + EPS
 
 
 @dataclass(frozen=True)

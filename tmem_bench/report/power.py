@@ -45,9 +45,9 @@ def power_verdict(reference: float | None, best: float | None, best_model: str |
         return INCONCLUSIVE, f"no attention reference ({ref}) in this run at this variant and level"
     if best is None:
         return INCONCLUSIVE, f"no model besides the attention reference ({ref})"
-    halfway = chance + spec.halfway * (ceiling - chance)
+    halfway = spec.halfway_mark(chance, ceiling)
     gated = memory_off is not None
-    if best <= chance + spec.learned_margin + EPS:
+    if spec.nothing_learned(best, chance):
         return DOES_NOT, f"nothing learned: best {pct(best)} ({best_model}), chance {pct(chance)}"
     if reference >= halfway - EPS:
         why = f"attention alone does it: {ref} {pct(reference)} of ceiling {pct(ceiling)}"
@@ -178,10 +178,10 @@ def _model_case(mean: float, chance: float, ceiling: float, reach_init, reach_tr
     """Per model, the power rule's reading of its own accuracy: nothing learned (with its reach
     case), too weak, or learned; a model still falling at the end is said to be still learning."""
     late_note = f"; still learning at the end ({late} not converged)" if late else ""
-    if mean <= chance + spec.learned_margin + EPS:
+    if spec.nothing_learned(mean, chance):
         case = reach_case(reach_init, reach_trained, reach)
         return "nothing learned" + (f": {case}" if case else "") + late_note
-    if mean < chance + spec.halfway * (ceiling - chance) - EPS:
+    if mean < spec.halfway_mark(chance, ceiling) - EPS:
         return "too weak" + late_note
     return "learned" + late_note
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from ..registry import TASKS
-from .capacity import AXIS, THRESHOLDS, capacity_groups, fmt_bytes, fmt_held, held, points
+from .capacity import AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks, points
 from .claims import Claim, ClaimSpec, claim_spec, load_claims
 from .data import RunData, level_key, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
@@ -267,7 +267,7 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     """Trained at each W: the memory keeps the paper's accuracy at every W; where each of its sizes
     saturates; and how it compares with the other fixed-state memories at matched state."""
     groups = [g for g in capacity_groups(data) if g.task == spec.task]
-    verdicts = []
+    verdicts, reasons = [], []
     for group in groups:
         model_of = dict(zip(group.rows["label"], group.rows["model"]))
         p = points(group)
@@ -283,11 +283,18 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                 "state": "-" if state.empty else "-".join(dict.fromkeys([fmt_bytes(state.min()),
                                                                           fmt_bytes(state.max())])),
                 "accuracy at each W": ", ".join(f"{int(r[AXIS])}: {fmt_ci(r['accuracy'], r['low'], r['high'])}"
-                                                + ("*" if r["not_converged"] else "") for _, r in mp.iterrows()),
+                                                + marks(r) for _, r in mp.iterrows()),
                 f"first W below {100 * spec.keeps:g}%": str(int(below[AXIS].min())) if not below.empty else "none",
                 **{f"W at >= {100 * t:g}%": fmt_held(held(mp, t)) for t in THRESHOLDS},
                 "verdict": verdict,
             })
+            keeps = f"{100 * spec.keeps:g}%"
+            if below.empty:
+                reasons.append(f"{label}: {verdict} (at or above {keeps} at every {AXIS} trained)")
+            else:
+                first = below.sort_values(AXIS).iloc[0]
+                reasons.append(f"{label}: {verdict} (below {keeps} from {AXIS}={int(first[AXIS])}"
+                               + (", where nothing was learned" if first["nothing_learned"] else "") + ")")
         if not per_label:
             continue
         headline = per_label.get(spec.memory)
@@ -299,14 +306,14 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                         f"(the capacity profile does)")
         return
     claim.verdict = combine(verdicts)
-    first = f"first W below {100 * spec.keeps:g}%"
-    claim.reason = "; ".join(
-        f"{e['model']}: {e['verdict']} ("
-        + (f"at or above {100 * spec.keeps:g}% at every {AXIS} trained" if e[first] == "none"
-           else f"below {100 * spec.keeps:g}% from {AXIS}={e[first]}") + ")" for e in claim.evidence)
-    if any("*" in e["accuracy at each W"] for e in claim.evidence):
-        claim.notes.append("* a seed of that point had not converged (the convergence rule): there a fall may be "
-                           "training's, not the state's")
+    claim.reason = "; ".join(reasons)
+    if any(UNCONVERGED in e["accuracy at each W"] for e in claim.evidence):
+        claim.notes.append(f"{UNCONVERGED} a seed of that point had not converged (the convergence rule): there a "
+                           f"fall may be training's, not the state's")
+    if any(AT_CHANCE in e["accuracy at each W"] for e in claim.evidence):
+        claim.notes.append(f"{AT_CHANCE} nothing was learned at that point (within the power rule's margin of "
+                           f"chance): a loss flat at chance may be a plateau that more steps would leave, so a "
+                           f"verdict resting on it is the budget's as much as the state's")
 
 
 RULES = {
