@@ -216,3 +216,25 @@ def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_p
     assert (tmp_path / "preview" / "index.html").is_file()
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--out", str(tmp_path / "x")]) == 2
     assert "--out goes with --with" in capsys.readouterr().err
+
+
+def test_a_preview_of_an_unfinished_run_is_refused_before_the_board_is_validated(tmp_path, capsys, monkeypatch):
+    """Validating the board re-evaluates every entry (minutes); a run that could not be submitted is
+    refused first, in a line, without it."""
+    import tmem_bench.leaderboard as leaderboard
+    from test_leaderboard import tiny_run
+    from tmem_bench.cli import main
+
+    run_dir, board = tiny_run(tmp_path), _board(tmp_path)
+    next(iter(sorted((run_dir / "cells").glob("*.json")))).unlink()
+    capsys.readouterr()
+
+    def validate(*_):
+        raise AssertionError("the board was validated before the run was checked")
+
+    monkeypatch.setattr(leaderboard, "validate", validate)
+    assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(run_dir),
+                 "--out", str(tmp_path / "preview")]) != 0
+    err = capsys.readouterr().err
+    assert "is incomplete" in err and "has no result" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "preview").exists()

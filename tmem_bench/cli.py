@@ -453,14 +453,17 @@ def cmd_leaderboard(args) -> int:
         return 1 if validation.rejections else 0
     if args.out is not None and args.with_run is None:
         raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
-    validation = validate(args.leaderboard)
     if args.with_run is not None:
-        from .leaderboard import preview
+        from .leaderboard import preview, preview_entries
 
-        readme, page = preview(args.with_run, validation.accepted, args.out)
+        # The run's own checks are cheap and the board's re-evaluation is not: refuse a bad run first.
+        rows = preview_entries(args.with_run)
+        validation = validate(args.leaderboard)
+        readme, page = preview(args.with_run, rows, validation.accepted, args.out)
         print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
               f"published entries; {len(validation.rejections)} rejected entries left out)")
         return 0
+    validation = validate(args.leaderboard)
     if validation.rejections:
         _print_rejections(validation)
         print("board not written: fix or remove the rejected entries first", file=sys.stderr)

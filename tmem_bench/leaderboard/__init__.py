@@ -5,8 +5,8 @@ cells), validate (trust nothing claimed), board (README.md and the data of the
 page), page (the self-contained index.html). The `leaderboard` subcommands are
 in tmem_bench/cli.py, so that the command line loads none of this until asked.
 """
-from .board import board_data, build, preview
+from .board import board_data, build, preview, preview_entries
 from .entry import RANKED_MIN_SEEDS, make_entries, submit
 from .validate import Validation, validate
 
-__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "preview", "submit", "validate"]
+__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "preview", "preview_entries", "submit", "validate"]

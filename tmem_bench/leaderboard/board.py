@@ -186,18 +186,23 @@ def markdown(groups: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def preview(run_dir, accepted: list[tuple[Path, dict]], out=None) -> tuple[Path, Path]:
-    """The board with a run's models (entries made from its cells, as submit would make them, marked
-    'preview') beside the published ones, written to `out` (default RUN_DIR/board-preview)."""
+def preview_entries(run_dir) -> list[tuple[Path, dict]]:
+    """A run's models as entries (made from its cells as submit would make them, marked 'preview'),
+    or a one-line error when the run is not one that could be submitted."""
     from .entry import make_entries
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"--with {str(run_dir)!r} is not a run directory")
-    made = make_entries(run_dir, "preview", weights=False)
-    rows = [(Path(f"preview-{slug}"), {**entry, "name": f"{entry['model']['label']} (preview)"})
-            for slug, entry, _ in made]
-    return build(Path(out) if out is not None else run_dir / "board-preview", accepted + rows)
+    return [(Path(f"preview-{slug}"), {**entry, "name": f"{entry['model']['label']} (preview)"})
+            for slug, entry, _ in make_entries(run_dir, "preview", weights=False)]
+
+
+def preview(run_dir, rows: list[tuple[Path, dict]], accepted: list[tuple[Path, dict]],
+            out=None) -> tuple[Path, Path]:
+    """The board with a run's preview entries beside the published ones, written to `out` (default
+    RUN_DIR/board-preview)."""
+    return build(Path(out) if out is not None else Path(run_dir) / "board-preview", accepted + rows)
 
 
 def build(leaderboard_dir, accepted: list[tuple[Path, dict]]) -> tuple[Path, Path]:
