@@ -456,8 +456,7 @@ def cmd_leaderboard(args) -> int:
     if args.with_run is not None:
         from .leaderboard import preview, preview_entries
 
-        # The run's own checks are cheap and the board's re-evaluation is not: refuse a bad run first.
-        rows = preview_entries(args.with_run)
+        rows = preview_entries(args.with_run)  # cheap, unlike the board's re-evaluation: a bad run is refused first
         validation = validate(args.leaderboard)
         readme, page = preview(args.with_run, rows, validation.accepted, args.out)
         print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "

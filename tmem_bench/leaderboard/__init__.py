@@ -9,4 +9,5 @@ from .board import board_data, build, preview, preview_entries
 from .entry import RANKED_MIN_SEEDS, make_entries, submit
 from .validate import Validation, validate
 
-__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "preview", "preview_entries", "submit", "validate"]
+__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "preview", "preview_entries",
+           "submit", "validate"]

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 
 from ..registry import TASKS
-from .capacity import AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks, points
+from .capacity import (AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks,
+                       points)
 from .claims import Claim, ClaimSpec, claim_spec, load_claims
 from .data import RunData, level_key, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
