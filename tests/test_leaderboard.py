@@ -447,3 +447,20 @@ def test_a_profile_id_counts_only_what_plans_the_runs_task():
     assert described != quick and profile_id("quick", described, {}, "all") == "quick"
     own_section = quick.replace("train = { steps = 500, lr = 1e-3 }", "train = { steps = 501, lr = 1e-3 }")
     assert own_section != quick and profile_id("quick", own_section, {}, "coordinate_binding").startswith("quick~")
+
+
+@pytest.mark.parametrize("label", ["tensor", "slots"])
+def test_settings_do_not_depend_on_the_order_of_the_cells(label):
+    """A profile that trains at several levels (capacity: steps and length grow with W) gives one
+    entry's settings from its smallest level, in whatever order submit and validate read the cells."""
+    from tmem_bench.leaderboard.entry import settings
+
+    cells = Path(__file__).resolve().parents[1] / "docs" / "capacity" / "cells"
+    results = [r for r in (json.loads(p.read_text()) for p in sorted(cells.glob("*.json")))
+               if r["cell"]["label"] == label]
+    assert len({r["cell"]["train_level"]["n_writes"] for r in results}) == 4
+    (first,) = settings(results)
+    assert settings(results[::-1]) == [first] == settings(sorted(results, key=lambda r: r["cell"]["seed"]))
+    smallest = [r for r in results if r["cell"]["train_level"]["n_writes"] == 5]
+    assert first["train"]["steps"] == smallest[0]["cell"]["train"]["steps"] == 500
+    assert first["state_size"]["seq_len"] == smallest[0]["causality"]["seq_len"]

@@ -181,10 +181,18 @@ def state_size(model: str, model_options: dict, seq_len: int) -> dict:
     return {"seq_len": seq_len, "bytes": size, "fixed": bool(getattr(backbone, "fixed_state", False))}
 
 
+def _settings_order(result: dict) -> tuple:
+    cell = result["cell"]
+    level = tuple(sorted((k, v) for k, v in cell["train_level"].items()))
+    return cell["task"], cell["variant"], level, cell["seed"], result["cell_id"]
+
+
 def settings(results: list[dict]) -> list[dict]:
-    """Per task and variant: everything the cells were trained and evaluated with, and the model's size."""
+    """Per task and variant: everything the cells were trained and evaluated with, and the model's size,
+    both as at the smallest training level (lowest seed), whatever order the cells come in: a profile
+    that trains at several levels gives each its own steps and sequence length."""
     out = {}
-    for result in sorted(results, key=lambda r: (r["cell"]["task"], r["cell"]["variant"], r["cell"]["seed"])):
+    for result in sorted(results, key=_settings_order):
         cell = result["cell"]
         key = (cell["task"], cell["variant"])
         if key in out:
