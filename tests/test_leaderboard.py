@@ -464,3 +464,14 @@ def test_settings_do_not_depend_on_the_order_of_the_cells(label):
     smallest = [r for r in results if r["cell"]["train_level"]["n_writes"] == 5]
     assert first["train"]["steps"] == smallest[0]["cell"]["train"]["steps"] == 500
     assert first["state_size"]["seq_len"] == smallest[0]["causality"]["seq_len"]
+
+
+def test_the_board_orders_levels_by_value():
+    """The committed capacity entries: W=5, 10, 20, 40 in that order, not as strings sort."""
+    from tmem_bench.leaderboard.board import board_data
+
+    entries = Path(__file__).resolve().parents[1] / "leaderboard" / "entries"
+    accepted = [(d, json.loads((d / "entry.json").read_text())) for d in sorted(entries.glob("tmem-bench-capacity-*"))]
+    assert accepted
+    (group,) = [g for g in board_data(accepted) if g["kind"] == "capacity"]
+    assert [group["values"][lv]["n_writes"] for lv in group["levels"]] == [5, 10, 20, 40]

@@ -97,6 +97,7 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
             if row["ranked"]:
                 rank += 1
             row["rank"] = rank if row["ranked"] else None
+        group["levels"].sort(key=lambda lv: _level_order(group["values"][lv]))
         _label_levels(group)
         group["kind_title"] = KINDS[group["kind"]]
         out.append(group)
@@ -117,6 +118,12 @@ def _kind(task: str, options: dict, per_level: bool, earlier: str | None) -> str
     except Exception:  # noqa: BLE001 - a plug-in task that is not installed here is drawn as standard
         forcing = False
     return "memory forcing" if forcing else "standard"
+
+
+def _level_order(values: dict) -> tuple:
+    """Levels in the order of their values, numbers as numbers (n_writes=5 before n_writes=10)."""
+    return tuple((axis, (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)))
+                 for axis, v in sorted(values.items()))
 
 
 def _label_levels(group: dict) -> None:
