@@ -2,11 +2,12 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 
 import tmem_bench
 from tmem_bench import runner
 from tmem_bench.errors import UsageError
-from tmem_bench.plan import Overrides, make_plan
+from tmem_bench.plan import Overrides, check_model, make_plan
 from tmem_bench.rundir import RunDir
 from tmem_bench.train import run_cell
 
@@ -109,3 +110,27 @@ def test_unknown_task_and_profile():
         make_plan("nope", "quick")
     with pytest.raises(UsageError, match="unknown profile 'nope'; known: .*quick"):
         make_plan("coordinate_binding", "nope")
+
+
+BUILDS: list[dict] = []
+
+
+class _Identity(torch.nn.Module):
+    def forward(self, x, blocked=None):
+        return x
+
+
+def counted(**options):
+    BUILDS.append(options)
+    return _Identity()
+
+
+def test_a_model_that_passed_its_check_is_not_built_again():
+    """Validating a board plans one profile per entry; each model is built and called once."""
+    size = {"d_model": 8, "n_layers": 1, "n_heads": 2, "dropout": 0.0}
+    BUILDS.clear()
+    check_model("test_harness:counted", size)
+    check_model("test_harness:counted", dict(reversed(size.items())))
+    assert BUILDS == [size]
+    check_model("test_harness:counted", {**size, "d_model": 16})
+    assert len(BUILDS) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -421,17 +422,49 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
         driver.quit()
 
 
-def test_the_committed_board_validates_and_rebuilds_to_the_same_files(tmp_path):
+def _rebuilds_to_the_committed_files(tmp_path) -> None:
     committed = ROOT / "leaderboard"
     if not list((committed / "entries").glob("*/entry.json")):
         pytest.skip("no entries committed yet")
     copy = tmp_path / "leaderboard"
     shutil.copytree(committed, copy)
-    # build validates (re-evaluates) every entry first and writes nothing when one is rejected: one pass, not two
+    # build validates every entry first and writes nothing when one is rejected: one pass, not two
     assert main(["leaderboard", "build", "--leaderboard", str(copy)]) == 0
     for name in ("README.md", "index.html"):
         stale = f"leaderboard/{name} is stale: run tmem-bench leaderboard build"
         assert (copy / name).read_text() == (committed / name).read_text(), stale
+
+
+@pytest.mark.slow
+def test_the_committed_board_validates_and_rebuilds_to_the_same_files(tmp_path):
+    _rebuilds_to_the_committed_files(tmp_path)
+
+
+def test_the_committed_board_rebuilds_to_the_same_files_from_its_cells(tmp_path, monkeypatch):
+    """Every check of validate but the re-evaluation from weights and the probe on trained weights
+    (minutes for the whole board: the slow test above; test_reeval covers both on small runs)."""
+    checks = sys.modules["tmem_bench.leaderboard.validate"]
+    monkeypatch.setattr(checks, "reevaluate", lambda result, weights, reject: None)
+    monkeypatch.setattr(checks, "_probe_again", lambda results, reject: None)
+    _rebuilds_to_the_committed_files(tmp_path)
+
+
+def test_a_committed_cell_still_evaluates_to_its_accuracy():
+    """The board's cheapest cell, re-evaluated from its weights by the installed suite: a change to a
+    model or task that moves published numbers fails here, not first in the slow test."""
+    cells = sorted((ROOT / "leaderboard" / "entries").glob("*/cells/*.json"))
+    if not cells:
+        pytest.skip("no entries committed yet")
+    results = [read_cell(path) for path in cells]
+    result = min(results, key=lambda r: (r["wall_time_s"], r["cell_id"]))
+    weights = next(p for p in cells if p.stem == result["cell_id"]).with_suffix(".safetensors")
+    found = []
+    checks = sys.modules["tmem_bench.leaderboard.validate"]
+    checks.reevaluate(result, weights, lambda where, reason: found.append(f"{where}: {reason}"))
+    assert found == []
+    result["eval"][0]["accuracy"] += 0.01
+    checks.reevaluate(result, weights, lambda where, reason: found.append(f"{where}: {reason}"))
+    assert found, "an accuracy 1 point off the weights' must be rejected"
 
 
 def test_a_profile_id_counts_only_what_plans_the_runs_task():

@@ -302,10 +302,18 @@ def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[t
     return eval_levels, train_levels
 
 
+_CHECKED: set[tuple] = set()
+
+
 def check_model(name: str, model_options: dict) -> None:
     """Build the backbone once and call it on a tiny batch, so that a bad name or option, or a
-    plugin that breaks the backbone contract, fails before anything runs or is written."""
-    factory = BACKBONES.get(name)  # an unknown name fails here with the list of known ones
+    plugin that breaks the backbone contract, fails before anything runs or is written. A model
+    that passed is not checked again in this process (validating a board plans one profile once
+    per entry, and building a model can take seconds)."""
+    key = (name, BACKBONES.get(name), json.dumps(model_options, sort_keys=True, default=repr))
+    if key in _CHECKED:
+        return
+    factory = key[1]  # an unknown name fails here with the list of known ones
     try:
         backbone = factory(**model_options)
     except (TypeError, ValueError) as e:
@@ -328,6 +336,7 @@ def check_model(name: str, model_options: dict) -> None:
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise UsageError(f"model {name!r}: forward of a (2, 3, {d}) batch returned {got}, expected (2, 3, {d})")
+    _CHECKED.add(key)
 
 
 def _memory_bytes(device: str) -> int:
