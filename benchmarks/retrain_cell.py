@@ -1,6 +1,7 @@
 """Train a stored cell again from its settings and compare with the stored result: does this
 machine and revision reproduce it? Prints each evaluation level's accuracy and the final train
-loss, stored and retrained, and exits 1 when any differs.
+loss, stored and retrained, and their wall times (how this machine's speed compares), and exits 1
+when any number differs.
 
     OMP_NUM_THREADS=1 python benchmarks/retrain_cell.py docs/study/cells/<id>.json
 """
@@ -24,6 +25,7 @@ def main() -> int:
     old_loss, new_loss = stored["history"][-1]["loss"], retrained["history"][-1]["loss"]
     same &= old_loss == new_loss
     print(f"final train loss: stored {old_loss!r}, retrained {new_loss!r}")
+    print(f"wall time: stored {stored['wall_time_s']:.0f} s, retrained {retrained['wall_time_s']:.0f} s")
     print(f"scan kernel: stored {stored.get('scan_kernel')}, retrained {retrained.get('scan_kernel')}")
     print("identical" if same else "different")
     return 0 if same else 1

@@ -199,6 +199,36 @@ def test_the_board_leads_with_memory_forcing_then_capacity_then_standard_variant
                                                                                   "alone solves these")
 
 
+def test_every_profiles_memory_forcing_tables_lead_the_board(tmp_path):
+    """Across profiles too: the study's forcing tables (three families) before the quick profile's
+    (one), both before any capacity curve, and the standard variants last."""
+    from tmem_bench.leaderboard.board import board_data
+
+    cb, forcing = {"n_queries": 4, "n_values": 32}, {"n_frames": 8, "occluder": False, "hide": "end",
+                                                     "block_hidden": True}
+    made = [("quick", "coordinate_binding", "standard", {**cb, "block_queries": False}, ("n_writes=10,noise=0.05",)),
+            ("quick", "coordinate_binding", "block_queries=True", {**cb, "block_queries": True},
+             ("n_writes=10,noise=0.05",)),
+            ("capacity", "coordinate_binding", "block_queries=True", {**cb, "block_queries": True},
+             ("n_writes=5,noise=0.05", "n_writes=10,noise=0.05")),
+            ("study", "occlusion", "hide=end", forcing, ("occlusion_len=2",)),
+            ("study", "coordinate_binding", "block_queries=True", {**cb, "block_queries": True},
+             ("n_writes=10,noise=0.05",))]
+    entries = []
+    for profile, task, variant, options, levels in made:
+        entry = _entry(task, variant, options, train_levels=levels)
+        entry["profile"]["id"] = profile
+        entries.append(entry)
+    groups = board_data([(tmp_path / str(i), e) for i, e in enumerate(entries)])
+    assert [(g["kind"], g["profile"], g["task"]) for g in groups] == [
+        ("memory forcing", "study", "coordinate_binding"),
+        ("memory forcing", "study", "occlusion"),
+        ("memory forcing", "quick", "coordinate_binding"),
+        ("capacity", "capacity", "coordinate_binding"),
+        ("standard", "quick", "coordinate_binding"),
+    ]
+
+
 def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_path, capsys):
     from test_leaderboard import tiny_run
     from tmem_bench.cli import main

@@ -88,8 +88,18 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                 "wall_time_s": entry["wall_time_s"], "commit": entry["suite"]["git"]["commit"],
                 "dirty": entry["suite"]["git"]["dirty"],
             })
+    # The diagnosis leads whatever the profiles: every profile's memory-forcing tables, then the
+    # capacity curves, then the standard variants; within a part, the profile covering more families first.
+    families: dict[tuple, set] = {}
+    for (profile, task, _), group in groups.items():
+        families.setdefault((group["kind"], profile), set()).add(task)
+
+    def order(key: tuple) -> tuple:
+        kind = groups[key]["kind"]
+        return list(KINDS).index(kind), -len(families[(kind, key[0])]), key[0], _family(key[1]), key[2]
+
     out = []
-    for key in sorted(groups, key=lambda k: (k[0], list(KINDS).index(groups[k]["kind"]), _family(k[1]), k[2])):
+    for key in sorted(groups, key=order):
         group = groups[key]
         group["rows"].sort(key=lambda r: (not r["ranked"], -r["score"], r["name"].casefold()))
         rank = 0
