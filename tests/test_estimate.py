@@ -10,6 +10,7 @@ from tmem_bench.dryrun import fmt_levels
 from tmem_bench.estimate import Affine, Cost, MeasuredCost, estimate, plan_rows
 from tmem_bench.plan import Overrides, plan_run
 from tmem_bench.results import write_json
+from tmem_bench.train import hardware
 from tmem_bench.rundir import RunDir
 
 
@@ -161,10 +162,11 @@ def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert not out.exists() and not (tmp_path / "runs").exists()
-    assert "dry run of coordinate_binding under profile quick: 2 cells" in text
+    assert "dry run of coordinate_binding under profile quick: 2 cells;" in text
     assert f"{out} does not exist yet" in text
-    assert "coordinate_binding [standard]: 1 cells" in text and "coordinate_binding [block_queries=True]" in text
+    assert "coordinate_binding [standard]: 1 cell\n" in text and "coordinate_binding [block_queries=True]" in text
     assert "2 cell(s) to run" in text and "wall time one after another in this process" in text
+    assert f"measured here on cpu ({hardware(torch.device('cpu'))}) with" in text
 
     plan = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=20))
     finish(out, plan.cells[0])

@@ -8,6 +8,7 @@ import tmem_bench
 from tmem_bench import runner
 from tmem_bench.errors import UsageError
 from tmem_bench.plan import Overrides, check_model, make_plan
+from tmem_bench.results import rows
 from tmem_bench.rundir import RunDir
 from tmem_bench.train import run_cell
 
@@ -56,6 +57,8 @@ def test_cell_result_records_what_reports_need():
     assert all(h["steps_per_s"] > 0 for h in result["history"])
     ev = result["eval"][0]
     assert 0 <= ev["accuracy"] <= 1 and ev["n"] == 64 * 4 and len(ev["fingerprint"]) == 64
+    assert result["hardware"].endswith(f", {torch.backends.cpu.get_cpu_capability()}")
+    assert rows(result)[0]["hardware"] == result["hardware"]
     json.dumps(result)
 
 

@@ -429,10 +429,13 @@ def test_report_command(tmp_path, capsys):
 
     b = RunBuilder(tmp_path / "run")
     b.cell("occlusion", "base", 0, (0,), {(0,): 0.9, (6,): 0.5})
+    recorded = tmp_path / "run" / "cells" / f"{b.cell('occlusion', 'base', 1, (0,), {(0,): 0.9})}.json"
+    write_json(recorded, {**json.loads(recorded.read_text()), "hardware": "Some CPU, AVX2"})
     b.manifest()
     proc = subprocess.run(CLI + ["report", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"report: {tmp_path / 'run' / 'report.md'}" in proc.stdout and "90.0%" in proc.stdout
+    assert "- hardware: Some CPU, AVX2 (1 cell); not recorded (1 cell)" in (tmp_path / "run" / "report.md").read_text()
     assert (tmp_path / "run" / "report.md").is_file() and (tmp_path / "run" / "figures").is_dir()
     (tmp_path / "file").write_text("x")
     (tmp_path / "empty").mkdir()

@@ -61,7 +61,7 @@ def render_plan(rows: list[Row]) -> list[str]:
     for (task, variant) in dict.fromkeys((r.task, r.variant) for r in rows):
         these = [r for r in rows if (r.task, r.variant) == (task, variant)]
         cells = sum(len(r.cells) for r in these)
-        out += ["", f"{task} [{variant}]: {cells} cells"]
+        out += ["", f"{task} [{variant}]: {cells} cell{'' if cells == 1 else 's'}"]
         body = []
         for r in these:
             lr = _fmt_values(r.lrs) if r.kind != "finals" else "chosen"
@@ -87,7 +87,8 @@ def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, exe
              else f"{run_dir} does not exist yet")
     selection = (f", of which {trials + finals} in learning-rate selection ({trials} trials + {finals} finals)"
                  if trials else "")
-    out = [f"dry run of {what}: {n_cells} cells{selection}; {where}. Nothing is trained or written."]
+    out = [f"dry run of {what}: {n_cells} cell{'' if n_cells == 1 else 's'}{selection}; {where}. "
+           f"Nothing is trained or written."]
     out += render_plan(rows)
     out += ["", f"estimate: {est.remaining} cell(s) to run, {fmt_duration(est.total_s)} of cell time "
                 f"(the longest cell {fmt_duration(est.longest_s)}); {measured}"]
@@ -106,7 +107,7 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
     """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
     measured on this machine; reads `run_dir` if it exists, writes nothing."""
     from .executors import Executor, LocalPool, available_cores
-    from .train import resolve_device
+    from .train import hardware, resolve_device
 
     resolved = resolve_device(device)
     note = None
@@ -136,10 +137,11 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
     est = estimate(rows, meter, workers)
     if isinstance(meter, MeasuredCost):
         sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
-        measured += (f", measured here on {resolved} with {threads} thread(s): {meter.measured} shapes (training "
-                     f"steps and forward passes, at each model's shortest and longest sequence, interpolated "
-                     f"between) timed at batch sizes {sizes}, each after {meter.warmup} warm-up, fitted and "
-                     f"extrapolated to each cell's ({fmt_duration(meter.seconds)} of measuring)")
+        measured += (f", measured here on {resolved} ({hardware(resolved)}) with {threads} thread(s): "
+                     f"{meter.measured} shapes (training steps and forward passes, at each model's shortest and "
+                     f"longest sequence, interpolated between) timed at batch sizes {sizes}, each after "
+                     f"{meter.warmup} warm-up, fitted and extrapolated to each cell's "
+                     f"({fmt_duration(meter.seconds)} of measuring)")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         if resolved.type == "cpu" and load > available_cores():
             # Other processes' work is in every measured step: the estimate is for a machine this busy.

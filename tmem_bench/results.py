@@ -133,6 +133,7 @@ def rows(result: dict) -> list[dict]:
             "reach_init": ((result.get("reach") or {}).get("init") or {}).get("ratio"),
             "reach_trained": ((result.get("reach") or {}).get("trained") or {}).get("ratio"),
             "device": result.get("device"),
+            "hardware": result.get("hardware"),
         }
         for axis, value in ev["level"].items():
             row[axis] = value

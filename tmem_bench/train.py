@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import platform
 import time
 from dataclasses import asdict, is_dataclass
 from typing import Callable
@@ -25,6 +26,20 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def hardware(device: torch.device) -> str:
+    """What computed the numbers: on the CPU they differ between vendors and instruction sets (the
+    kernels torch dispatches to), so a result names both; on a GPU, its model."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
 
 
 def _to(batch: Batch, device: torch.device) -> Batch:
@@ -190,6 +205,7 @@ def train_cell(
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
         "device": str(device),
+        "hardware": hardware(device),
         "model_config": _config(model.backbone),
         "scan_kernel": _scan_kernel(model.backbone),
         "n_params": n_params,

@@ -32,6 +32,9 @@ def _header(data: RunData) -> list[str]:
         facts.append(("models", ", ".join(model_order(cells))))
         facts.append(("seeds", ", ".join(map(str, sorted(cells["seed"].unique())))))
         facts.append(("training steps", ", ".join(map(str, sorted(cells["steps"].unique())))))
+        machines = cells["hardware"].fillna("not recorded").value_counts()
+        facts.append(("hardware", "; ".join(f"{h} ({n} cell{'' if n == 1 else 's'})"
+                                            for h, n in sorted(machines.items(), key=lambda hn: (-hn[1], hn[0])))))
     out = [f"# tmem-bench report: {data.run_dir.name}", ""] + [f"- {k}: {v}" for k, v in facts]
     if data.problems:
         out += ["", "## Problems", "", "Left out of every table and figure below:", ""]
