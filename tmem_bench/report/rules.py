@@ -277,7 +277,8 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         for label in memories:
             mp = p[p["label"] == label]
             per_label[label] = verdict = _keeps(mp, spec.keeps)
-            below = mp[mp["high"] < spec.keeps]
+            below = mp[mp["high"] < spec.keeps].sort_values(AXIS)
+            first = None if below.empty else below.iloc[0]
             state = mp["state_bytes"].dropna()
             claim.evidence.append({
                 "variant": group.variant, "level": level_key(group.panel), "model": label,
@@ -285,15 +286,14 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                                                                           fmt_bytes(state.max())])),
                 "accuracy at each W": ", ".join(f"{int(r[AXIS])}: {fmt_ci(r['accuracy'], r['low'], r['high'])}"
                                                 + marks(r) for _, r in mp.iterrows()),
-                f"first W below {100 * spec.keeps:g}%": str(int(below[AXIS].min())) if not below.empty else "none",
+                f"first W below {100 * spec.keeps:g}%": "none" if first is None else str(int(first[AXIS])),
                 **{f"W at >= {100 * t:g}%": fmt_held(held(mp, t)) for t in THRESHOLDS},
                 "verdict": verdict,
             })
             keeps = f"{100 * spec.keeps:g}%"
-            if below.empty:
+            if first is None:
                 reasons.append(f"{label}: {verdict} (at or above {keeps} at every {AXIS} trained)")
             else:
-                first = below.sort_values(AXIS).iloc[0]
                 reasons.append(f"{label}: {verdict} (below {keeps} from {AXIS}={int(first[AXIS])}"
                                + (", where nothing was learned" if first["nothing_learned"] else "") + ")")
         if not per_label:
