@@ -28,18 +28,20 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def hardware(device: torch.device) -> str:
     """What computed the numbers: on the CPU they differ between vendors and instruction sets (the
     kernels torch dispatches to), so a result names both; on a GPU, its model."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
+    return f"{cpu_model()}, {torch.backends.cpu.get_cpu_capability()}"
 
 
 def _to(batch: Batch, device: torch.device) -> Batch:

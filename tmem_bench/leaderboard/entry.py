@@ -29,6 +29,7 @@ from ..levels import level_key
 from ..results import current_umask, write_json
 from ..rundir import RunDir
 from ..selection import choose
+from ..train import cpu_model
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "entry.schema.json"
@@ -225,16 +226,6 @@ def derived(results: list[dict]) -> dict:
         "devices": sorted({r["device"] for r in results}),
         "wall_time_s": sum(r["wall_time_s"] for r in results),
     }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def git_commit() -> dict:
