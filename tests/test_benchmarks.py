@@ -1,0 +1,45 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _cell(run_dir: Path, cell_id: str, seed: int, accuracy: float, loss: float, hardware: str | None = None):
+    result = {"cell_id": cell_id, "eval": [{"accuracy": accuracy}], "history": [{"step": 1, "loss": loss}],
+              "cell": {"task": "coordinate_binding", "variant": "standard", "label": "tensor", "seed": seed,
+                       "train": {"lr": 1e-3}}}
+    if hardware:
+        result["hardware"] = hardware
+    (run_dir / "cells").mkdir(parents=True, exist_ok=True)
+    (run_dir / "cells" / f"{cell_id}.json").write_text(json.dumps(result))
+
+
+def test_compare_runs_counts_identical_cells_and_names_those_that_differ(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for run, loss, acc in ((a, 1.0, 0.5), (b, 1.0 + 1e-9, 0.75)):
+        _cell(run, "same", 0, 0.9, 2.0, hardware="CPU A, AVX2" if run == a else "CPU B, AVX512")
+        _cell(run, "loss", 1, 0.9, loss)
+        _cell(run, "acc", 1, acc, 2.0)
+    _cell(a, "only_in_a", 2, 0.1, 1.0)
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "compare_runs.py"), str(a), str(b)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"3 cells in both (4 in {a}, 3 in {b})" in out
+    assert "hardware not recorded (2); CPU A, AVX2 (1)" in out and "CPU B, AVX512 (1)" in out
+    assert "identical to the last bit (every accuracy and logged loss): 1 of 3" in out
+    assert "seed 0: 1 of 1 identical" in out and "seed 1: 0 of 2 identical, 1 differ in an accuracy, 1 in" in out
+    assert ("differs: acc coordinate_binding [standard] tensor seed 1, lr 0.001: largest accuracy difference "
+            "25.00 points") in out
+    assert "differs: loss" in out and "the same accuracies, a logged loss differs" in out
+
+
+def test_compare_runs_refuses_a_directory_without_cells(tmp_path):
+    _cell(tmp_path / "a", "x", 0, 0.5, 1.0)
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "compare_runs.py"), str(tmp_path / "a"),
+                           str(tmp_path / "empty")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"compare_runs: {tmp_path / 'empty'}/cells holds no cell results"
