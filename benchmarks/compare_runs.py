@@ -11,14 +11,19 @@ of those that are not, and the hardware each run recorded:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
+from tmem_bench.rundir import RunDir
+
 
 def load(run_dir: Path) -> dict[str, dict]:
-    cells = {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "cells").glob("*.json"))}
+    store = RunDir(run_dir)
+    try:
+        cells = {cell_id: store.read_cell(cell_id) for cell_id in sorted(store.stored())}
+    except ValueError as e:
+        sys.exit(f"compare_runs: {run_dir}: {e}")
     if not cells:
         sys.exit(f"compare_runs: {run_dir}/cells holds no cell results")
     return cells

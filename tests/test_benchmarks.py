@@ -7,9 +7,13 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _cell(run_dir: Path, cell_id: str, seed: int, accuracy: float, loss: float, hardware: str | None = None):
-    result = {"cell_id": cell_id, "eval": [{"accuracy": accuracy}], "history": [{"step": 1, "loss": loss}],
-              "cell": {"task": "coordinate_binding", "variant": "standard", "label": "tensor", "seed": seed,
-                       "train": {"lr": 1e-3}}}
+    level = {"n_writes": 5}
+    result = {"cell_id": cell_id, "history": [{"step": 1, "loss": loss}],
+              "eval": [{"level": level, "level_key": "n_writes=5", "accuracy": accuracy, "chance": 1 / 32,
+                        "ceiling": 1.0, "n": 64, "fingerprint": "f" * 64}],
+              "cell": {"task": "coordinate_binding", "task_options": {}, "variant": "standard", "train_level": level,
+                       "eval_levels": [level], "model": "tensor", "label": "tensor", "model_options": {},
+                       "seed": seed, "train": {"steps": 1, "lr": 1e-3}}}
     if hardware:
         result["hardware"] = hardware
     (run_dir / "cells").mkdir(parents=True, exist_ok=True)
@@ -43,3 +47,13 @@ def test_compare_runs_refuses_a_directory_without_cells(tmp_path):
                            str(tmp_path / "empty")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"compare_runs: {tmp_path / 'empty'}/cells holds no cell results"
+
+
+def test_compare_runs_names_a_malformed_cell_file(tmp_path):
+    _cell(tmp_path / "a", "x", 0, 0.5, 1.0)
+    (tmp_path / "b" / "cells").mkdir(parents=True)
+    (tmp_path / "b" / "cells" / "x.json").write_text("{not json")
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "compare_runs.py"), str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"compare_runs: {tmp_path / 'b'}: cell file cells/x.json is unreadable")
