@@ -1,0 +1,74 @@
+"""The `tmem-bench leaderboard` subcommands: submit, validate, build."""
+from __future__ import annotations
+
+import sys
+
+from .errors import UsageError
+
+
+def add_leaderboard_parser(sub, debug, parser_class) -> None:
+    board = sub.add_parser("leaderboard", parents=[debug],
+                           help="submit a run as entries, validate entries, build the board")
+    actions = board.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    submit = actions.add_parser("submit", parents=[debug],
+                                help="write leaderboard/entries/<slug>/ for each model of a finished run")
+    submit.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (manifest.json and cells/)")
+    submit.add_argument("--name", required=True,
+                        help="the entry's name; with several models, one entry per model named 'NAME (label)'")
+    submit.add_argument("--model", metavar="LABEL", help="submit only this model of the run")
+    submit.add_argument("--url", help="a link to the paper or code (http or https)")
+    submit.add_argument("--description", help="one or two sentences shown with the entry")
+    submit.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
+    validate = actions.add_parser("validate", parents=[debug],
+                                  help="recompute every entry from its cells; exit 1 when one is rejected")
+    validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
+                          help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
+    build = actions.add_parser("build", parents=[debug],
+                               help="validate every entry, then write README.md and index.html")
+    build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
+    build.add_argument("--with", dest="with_run", metavar="RUN_DIR",
+                       help="preview: draw the board with this run's models beside the published entries, written "
+                            "to --out (default RUN_DIR/board-preview), never into the leaderboard folder")
+    build.add_argument("--out", metavar="DIR", help="with --with: where the preview's README.md and index.html go")
+
+
+def _print_rejections(validation) -> None:
+    for line in validation.rejections:
+        print(f"rejected: {line}", file=sys.stderr)
+
+
+def cmd_leaderboard(args) -> int:
+    from .leaderboard import build, submit, validate
+
+    if args.action == "submit":
+        if args.url is not None and not args.url.startswith(("http://", "https://")):
+            raise UsageError(f"--url {args.url!r} must start with http:// or https://")
+        for path in submit(args.run_dir, args.name, args.leaderboard, args.model, args.url, args.description):
+            print(f"entry: {path}")
+        print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
+        return 0
+    if args.action == "validate":
+        validation = validate(args.path)
+        _print_rejections(validation)
+        n = len(validation.accepted)
+        print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
+        return 1 if validation.rejections else 0
+    if args.out is not None and args.with_run is None:
+        raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
+    if args.with_run is not None:
+        from .leaderboard import preview, preview_entries
+
+        rows = preview_entries(args.with_run)  # cheap, unlike the board's re-evaluation: a bad run is refused first
+        validation = validate(args.leaderboard)
+        readme, page = preview(args.with_run, rows, validation.accepted, args.out)
+        print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
+              f"published entries; {len(validation.rejections)} rejected entries left out)")
+        return 0
+    validation = validate(args.leaderboard)
+    if validation.rejections:
+        _print_rejections(validation)
+        print("board not written: fix or remove the rejected entries first", file=sys.stderr)
+        return 1
+    readme, page = build(args.leaderboard, validation.accepted)
+    print(f"board: {readme}, {page} ({len(validation.accepted)} entries)")
+    return 0
