@@ -1,12 +1,14 @@
 """Publish and compare: leaderboard entries made from runs, validated from their own cells, and the board.
 
-Modules: entry (an entry from a run directory, and every field recomputed from
-cells), validate (trust nothing claimed), board (README.md and the data of the
-page), page (the self-contained index.html). The `leaderboard` subcommands are
-in tmem_bench/cli.py, so that the command line loads none of this until asked.
+Modules: entry (every field of an entry recomputed from cells), submit (entries
+from a run, written into the board all or nothing), validate (trust nothing
+claimed), board (README.md and the data of the page), page (the self-contained
+index.html). The `leaderboard` subcommands are in tmem_bench/cli_leaderboard.py,
+so that the command line loads none of this until asked.
 """
 from .board import board_data, build, preview, preview_entries
-from .entry import RANKED_MIN_SEEDS, make_entries, submit
+from .entry import RANKED_MIN_SEEDS
+from .submit import make_entries, submit
 from .validate import Validation, validate
 
 __all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "preview", "preview_entries",

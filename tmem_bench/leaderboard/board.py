@@ -206,7 +206,7 @@ def markdown(groups: list[dict]) -> str:
 def preview_entries(run_dir) -> list[tuple[Path, dict]]:
     """A run's models as entries (made from its cells as submit would make them, marked 'preview'),
     or a one-line error when the run is not one that could be submitted."""
-    from .entry import make_entries
+    from .submit import make_entries
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
