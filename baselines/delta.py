@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tmem_bench.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
-from tmem_bench.tensor_memory.params import match_tensor
+from tmem_bench.tensor_memory.params import build_matched
 from tmem_bench.transformer import TransformerConfig
 
 
@@ -172,7 +172,4 @@ class DeltaTransformer(RecurrentTransformer):
 
 def delta(d_model: int, n_layers: int, n_heads: int, **options) -> DeltaTransformer:
     """`options`: DeltaConfig's fields; without `mlp_ratio` the MLP width is matched to `tensor`."""
-    config = DeltaConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options)
-    if "mlp_ratio" not in options:
-        config = match_tensor(DeltaTransformer, config)
-    return DeltaTransformer(config)
+    return build_matched(DeltaTransformer, d_model, n_layers, n_heads, **options)

@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tmem_bench.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
-from tmem_bench.tensor_memory.params import match_tensor
+from tmem_bench.tensor_memory.params import build_matched
 from tmem_bench.transformer import TransformerConfig
 
 
@@ -164,7 +164,4 @@ class SSMTransformer(RecurrentTransformer):
 
 def ssm(d_model: int, n_layers: int, n_heads: int, **options) -> SSMTransformer:
     """`options`: SSMConfig's fields; without `mlp_ratio` the MLP width is matched to `tensor`."""
-    config = SSMConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options)
-    if "mlp_ratio" not in options:
-        config = match_tensor(SSMTransformer, config)
-    return SSMTransformer(config)
+    return build_matched(SSMTransformer, d_model, n_layers, n_heads, **options)

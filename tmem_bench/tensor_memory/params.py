@@ -58,3 +58,12 @@ def match_tensor(model_class: type[Transformer], config: TransformerConfig, **me
             f"(best: hidden {hidden}, {got} parameters)"
         )
     return matched
+
+
+def build_matched(model_class: type[Transformer], d_model: int, n_layers: int, n_heads: int, **options) -> Transformer:
+    """`model_class` built from its config with `options`; without `mlp_ratio` in them, at the MLP
+    width that matches `tensor`'s parameter count (the factory of every baseline so matched)."""
+    config = model_class.config_class(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options)
+    if "mlp_ratio" not in options:
+        config = match_tensor(model_class, config)
+    return model_class(config)
