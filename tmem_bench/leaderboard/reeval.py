@@ -17,9 +17,11 @@ ACCURACY_TOLERANCE = 0.005  # absolute: 5 targets in 1,000
 LOSS_TOLERANCE = 1e-4  # relative to max(1, loss)
 
 
-def reevaluate(result: dict, weights: Path, reject) -> None:
+def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     """Reject (through `reject(where, reason)`) an accuracy or loss that the cell's weights do not
-    reproduce, weights that do not fit the cell's model, and a leak on the trained weights."""
+    reproduce, weights that do not fit the cell's model, and a leak on the trained weights; returns
+    what the weights gave ({"eval": [{level_key, accuracy, loss}], "validation": {accuracy} or None}),
+    or None when they could not be evaluated."""
     import torch
 
     from ..plan import cell_from_dict
@@ -32,19 +34,21 @@ def reevaluate(result: dict, weights: Path, reject) -> None:
     if not weights.is_file():
         reject(where, "missing: an entry ships the trained weights of every cell, so that its numbers can be "
                       "re-evaluated")
-        return
+        return None
     cell = cell_from_dict(result["cell"])
     model = build_model(cell)
     try:
         load_weights(weights, model)
     except ValueError as e:
         reject("weights", str(e))
-        return
+        return None
     task = get_task(cell.task, **cell.task_options)
     device = torch.device("cpu")
+    recomputed = {"eval": [], "validation": None}
     for ev in result["eval"]:
         batch, _ = task.eval_set(ev["level"], cell.train["eval_size"])
         accuracy, loss = evaluate(model, batch, device)
+        recomputed["eval"].append({"level_key": ev["level_key"], "accuracy": accuracy, "loss": loss})
         field = f"cells/{result['cell_id']}.json: eval[{ev['level_key']}]"
         if abs(accuracy - ev["accuracy"]) > ACCURACY_TOLERANCE:
             reject(f"{field}.accuracy", f"claims {ev['accuracy']:.4f}; its weights give {accuracy:.4f} "
@@ -55,6 +59,7 @@ def reevaluate(result: dict, weights: Path, reject) -> None:
     if validation:
         batch, _ = task.validation_set(cell.train_level, cell.train["eval_size"])
         accuracy, _ = evaluate(model, batch, device)
+        recomputed["validation"] = {"accuracy": accuracy}
         if abs(accuracy - validation["accuracy"]) > ACCURACY_TOLERANCE:
             reject(f"cells/{result['cell_id']}.json: validation.accuracy",
                    f"claims {validation['accuracy']:.4f}; its weights give {accuracy:.4f} (it chooses the lr)")
@@ -66,3 +71,4 @@ def reevaluate(result: dict, weights: Path, reject) -> None:
         if probe["verdict"] != "causal":
             reject(f"cells/{result['cell_id']}.json: causality", f"the probe on the trained weights in {mode} mode "
                                                                  f"finds the model {probe['verdict']!r}")
+    return recomputed
