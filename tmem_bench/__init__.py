@@ -1,5 +1,5 @@
 """tmem-bench: diagnostic toy tasks for memory in sequence models."""
-__version__ = "0.1.0"
+from .version import __version__
 
 # Gymnasium's convention: importing the package registers its environments. The
 # entry point is a string, so torch and the task module load only on make().
@@ -20,6 +20,14 @@ def load_results(run_dir):
     from .rundir import RunDir
 
     return RunDir(run_dir).table()
+
+
+def load_entry(path):
+    """A leaderboard entry (leaderboard/entries/<slug>): `.entry`, `.cells`, `.table()`, `.model(cell_id)`
+    (built, with its trained weights) and `.reevaluate(cell_id=None)` (stored and recomputed numbers)."""
+    from .leaderboard.api import load_entry as load
+
+    return load(path)
 
 
 register_envs()

@@ -49,12 +49,21 @@ def write_json(path: Path, obj) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
-def write_weights(path: Path, module, cell_id: str) -> None:
+def write_weights(path: Path, module, cell_id: str, result: dict | None = None) -> None:
+    """A cell's weights; with its `result`, the file names its model, the cell's settings, the
+    model's configuration and the suite version in its own metadata, so that it says alone what
+    to build it into (safetensors metadata holds strings only: the dicts as JSON)."""
     import safetensors.torch  # here, not at the top: reading results needs no torch
 
+    about = {"cell_id": cell_id}
+    if result is not None:
+        about |= {"model": result["cell"]["model"], "label": result["cell"]["label"],
+                  "cell": json.dumps(result["cell"], sort_keys=True),
+                  "model_config": json.dumps(result.get("model_config"), sort_keys=True),
+                  "tmem_bench_version": result["tmem_bench_version"], "torch_version": result["torch_version"]}
     # Copies: safetensors refuses tensors that share storage, and a copy is cheap at these sizes.
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
-    write_atomic(path, safetensors.torch.save(tensors, metadata={"cell_id": cell_id}))
+    write_atomic(path, safetensors.torch.save(tensors, metadata=about))
 
 
 def load_weights(path: Path, module) -> None:

@@ -225,7 +225,7 @@ class RunDir:
 
     def write_cell(self, cell_id: str, result: dict, model) -> None:
         # Weights first: a cell file is the mark of a finished cell, so its weights are there too.
-        write_weights(self.weights_path(cell_id), model, cell_id)
+        write_weights(self.weights_path(cell_id), model, cell_id, result)
         write_json(self.cell_path(cell_id), result)
 
     def stored(self) -> set[str]:

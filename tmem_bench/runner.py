@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__
+from .version import __version__
 from .errors import check_int
 from .executors import Executor, ExecutorOptions, failure, make_executor, usable
 from .plan import Cell, Plan, cell_from_dict

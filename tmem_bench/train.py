@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import __version__
+from .version import __version__
 from .convergence import convergence
 from .model import TaskModel
 from .plan import Cell
