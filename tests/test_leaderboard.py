@@ -275,7 +275,8 @@ def test_a_leaking_plugin_is_refused_and_a_forged_verdict_is_caught(tmp_path, ca
             probe["verdict"] = "causal"
         write_json(path, result)
     assert main(["leaderboard", "submit", str(run_dir), "--name", "Leaky", "--leaderboard", str(board)]) == 0
-    result = validate(board)
+    assert "module:attribute" in validate(board).rejections[0]  # a plug-in's entry validates where it is trusted
+    result = validate(board, allow_module_names=True)
     assert result.rejections[0] == ("leaky: model (no_harm standard): the causality probe, run again here, finds "
                                     "the model 'leaking'; only causal models are admitted")
     # and on every cell's trained weights, in both modes

@@ -5,11 +5,16 @@ only when first asked for, so no implementation imports this module and this
 module imports none of them up front. External entries are named
 `module:attribute` (on the command line or in a profile) or published under the
 `tmem_bench.tasks` and `tmem_bench.models` entry-point groups: tasks and models alike.
+Where a name comes from someone else (a leaderboard entry), `module_names(False)`
+refuses `module:attribute`: importing a module runs its code.
 """
 from __future__ import annotations
 
 import colorsys
+import contextlib
+import contextvars
 import importlib
+import inspect
 from importlib import metadata
 from typing import Callable
 
@@ -61,6 +66,20 @@ def load_attribute(spec: str, kind: str) -> Callable:
         raise UsageError(f"cannot load {kind} {spec!r}: importing {module} raised {type(e).__name__}: {e}") from e
 
 
+_MODULE_NAMES = contextvars.ContextVar("module_names", default=True)
+
+
+@contextlib.contextmanager
+def module_names(allowed: bool):
+    """While inside, `module:attribute` names are imported only when `allowed`; registered
+    built-ins and installed entry points always are."""
+    token = _MODULE_NAMES.set(allowed)
+    try:
+        yield
+    finally:
+        _MODULE_NAMES.reset(token)
+
+
 class Registry:
     def __init__(self, kind: str, builtins: dict[str, str], entry_point_group: str | None = None):
         self.kind = kind
@@ -77,16 +96,41 @@ class Registry:
     def names(self) -> list[str]:
         return sorted([*self._specs, *self._plugins()])
 
+    def plugin_names(self) -> list[str]:
+        return sorted(self._plugins())
+
     def get(self, name: str) -> Callable:
         if name in self._specs:
             return load_attribute(self._specs[name], self.kind)
         if name in self._plugins():
-            return self._plugins()[name].load()
-        if ":" in name:
+            point = self._plugins()[name]
+            try:
+                return point.load()
+            except Exception as e:  # one broken plug-in must not break every command; `--debug` shows where
+                raise UsageError(f"cannot load {self.kind} {name!r} (entry point {point.value}): "
+                                 f"{type(e).__name__}: {e}") from e
+        if ":" in name and _MODULE_NAMES.get():
             return load_attribute(name, self.kind)
-        raise UsageError(
-            f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} (or module:attribute)"
-        )
+        raise UsageError(self.unknown(name))
+
+    def unknown(self, name: str) -> str:
+        """Why `name` names nothing here, and what it may name."""
+        if ":" in name and not _MODULE_NAMES.get():
+            return (f"{self.kind} {name!r} is neither built in nor an installed entry point, and module:attribute "
+                    f"names are not imported here (importing runs the module's code); known: {', '.join(self.names())}")
+        return f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} (or module:attribute)"
+
+    def declared(self, name: str) -> list[str] | None:
+        """The option names the factory of `name` declares, read from its signature without calling
+        it; None when it takes **options (it refuses unknown ones itself) or has no signature."""
+        factory = self.get(name)
+        try:
+            params = inspect.signature(factory).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return None
+        return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
     def __contains__(self, name: str) -> bool:
         return name in self._specs or name in self._plugins()
@@ -97,7 +141,13 @@ BACKBONES = Registry("model", BUILTIN_MODELS, entry_point_group="tmem_bench.mode
 
 
 def get_task(name: str, **options):
-    return TASKS.get(name)(**options)
+    factory = TASKS.get(name)
+    try:
+        return factory(**options)
+    except (TypeError, UsageError):  # an option the task refuses: its caller names the option
+        raise
+    except Exception as e:  # the task's own code failed; `--debug` shows where
+        raise UsageError(f"task {name!r}: its constructor raised {type(e).__name__}: {e}") from e
 
 
 def get_backbone(name: str, d_model: int, n_layers: int, n_heads: int, **options):

@@ -68,13 +68,23 @@ def write_weights(path: Path, module, cell_id: str, result: dict | None = None) 
 
 def load_weights(path: Path, module) -> None:
     """Load a cell's weights into a module (torch.nn.Module) built from the cell's settings;
-    ValueError names the file when it is unreadable or does not fit the module."""
+    ValueError names the file when it is unreadable, larger than the module's weights can be
+    (checked before it is read), or does not fit the module."""
     import safetensors
     import safetensors.torch
 
     path = Path(path)
+    state = module.state_dict()
+    # safetensors' header is a few dozen bytes a tensor; this allows many times that
+    limit = 2**16 + 2**10 * len(state) + sum(t.numel() * t.element_size() for t in state.values())
     try:
-        tensors = safetensors.torch.load(path.read_bytes())
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(limit + 1) if size <= limit else None  # read to the limit: the file may grow
+        if data is None or len(data) > limit:
+            raise ValueError(f"weights file cells/{path.name} is {max(size, len(data or b'')):,} bytes, more than "
+                             f"the {limit:,} its cell's model's weights can take; it was not read")
+        tensors = safetensors.torch.load(data)
     except (OSError, safetensors.SafetensorError) as e:
         raise ValueError(f"weights file cells/{path.name} is unreadable: {e}") from None
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -28,8 +29,16 @@ SELECTING_OVERRIDES = ("models", "seeds")
 
 
 def find_schema(path: Path) -> Path:
-    """entry.schema.json in `path`, in its `leaderboard` folder, or in a folder above it."""
-    for folder in [path, *path.resolve().parents]:
+    """entry.schema.json of the board `path` is (or whose entries folder or entry it is): in the
+    board's folder or a folder above it, never in an entry or the entries folder, where an entry
+    could ship a schema that admits anything."""
+    board = Path(os.path.abspath(path))  # links resolved only above the board: an entry may be one
+    if (board / "entry.json").exists() or (board / "entry.json").is_symlink():
+        board = board.parent
+    if board.name == "entries":
+        board = board.parent
+    board = board.resolve()
+    for folder in [board, *board.parents]:
         if (folder / SCHEMA_FILE).is_file():
             return folder / SCHEMA_FILE
     raise UsageError(f"no {SCHEMA_FILE} in {path} or any folder above it; run from a clone of tmem-bench "

@@ -31,6 +31,12 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     from ..train import build_model, evaluate
 
     where = f"cells/{weights.name}"
+    if weights.is_symlink():
+        reject(where, "is a symbolic link; an entry's files are its own, and nothing outside the board is read")
+        return
+    if weights.exists() and not weights.is_file():
+        reject(where, "is not a regular file")
+        return
     if not weights.is_file():
         reject(where, "missing: an entry ships the trained weights of every cell, so that its numbers can be "
                       "re-evaluated")

@@ -5,10 +5,15 @@ set is regenerated with the installed suite and fingerprinted again, the cells
 the entry's profile plans are compared with the cells it holds, each cell file's
 name with the hash of its settings, and the causality probe is run again on the
 model. Each rejection is one line: `<entry>: <field>: <reason>`.
+
+An entry is someone else's: before anything is planned or built, every task and model it
+names must be built in or installed (names.py), and nothing is read through a link or from
+outside the entry's own folder, nor more of a file than an entry's file can need.
 """
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,12 +23,14 @@ from ..errors import UsageError
 from ..levels import level_key
 from ..plan import cell_from_dict
 from ..probe import causality_probe
-from ..registry import get_task
+from ..registry import get_task, module_names
 from ..results import read_cell
 from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
+from .names import refused_names
 from .reeval import reevaluate
 
 TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs JSON float round trips
+MAX_JSON_BYTES = 16 * 2**20  # entry.json and each cell file; the suite's own are well under a megabyte
 
 
 @dataclass
@@ -33,13 +40,36 @@ class Validation:
 
 
 def entry_dirs(path: Path) -> list[Path]:
-    """An entry folder itself, or every entry under `path/entries` or `path`."""
-    if (path / "entry.json").is_file():
+    """An entry folder itself, or every entry under `path/entries` or `path` (links too: validation
+    rejects them by name)."""
+    if (path / "entry.json").is_file() or (path / "entry.json").is_symlink():
         return [path]
     root = path / "entries" if (path / "entries").is_dir() else path
     if not root.is_dir():
         raise UsageError(f"{path} is neither an entry, nor an entries folder, nor a leaderboard folder")
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if root != path and root.is_symlink():
+        raise UsageError(f"{root} is a symbolic link; a board's entries are a folder of the board, "
+                         "and nothing outside the board is read")
+    return sorted(p for p in root.iterdir() if (p.is_dir() or p.is_symlink()) and not p.name.startswith("."))
+
+
+def not_readable(path: Path, entry_dir: Path, limit: int = MAX_JSON_BYTES) -> str | None:
+    """Why a file of an entry is not read, or None: it must be a regular file of the entry's own
+    folder, reached through no link (so no message shows what another file holds), and not larger
+    than `limit` (so that a huge or sparse file is refused before it is read)."""
+    if path.is_symlink():
+        return "is a symbolic link; an entry's files are its own, and nothing outside the board is read"
+    if not path.resolve().is_relative_to(entry_dir.resolve()):
+        return "lies outside the entry's folder; nothing outside the board is read"
+    try:
+        info = path.stat()
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_size > limit:
+        return f"is {info.st_size:,} bytes; an entry's file is read up to {limit:,} bytes"
+    return None
 
 
 def known_suite_version(version: str) -> bool:
@@ -152,13 +182,22 @@ def _probe_again(results: list[dict], reject) -> None:
                                                           f"{probe['verdict']!r}; only causal models are admitted")
 
 
-def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[dict | None, list[str]]:
+def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets,
+                   allow_module_names: bool = False) -> tuple[dict | None, list[str]]:
     slug = entry_dir.name
     lines: list[str] = []
 
     def reject(where: str, reason: str) -> None:
         lines.append(f"{slug}: {where}: {reason}")
 
+    for where, path in (("entry folder", entry_dir), ("cells", entry_dir / "cells")):
+        if path.is_symlink():
+            reject(where, "is a symbolic link; an entry is a folder of the board, and nothing outside it is read")
+            return None, lines
+    refused = not_readable(entry_dir / "entry.json", entry_dir)
+    if refused:
+        reject("entry.json", refused)
+        return None, lines
     try:
         entry = json.loads((entry_dir / "entry.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -175,6 +214,10 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
 
     results = {}
     for path in sorted((entry_dir / "cells").glob("*.json")):
+        refused = not_readable(path, entry_dir)
+        if refused:
+            reject(f"cells/{path.name}", refused)
+            continue
         try:
             result = read_cell(path)
             recomputed = cell_from_dict(result["cell"]).id
@@ -193,6 +236,10 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets) -> tuple[di
             reject("cells", f"{missing} is listed but its cell file is missing")
         for extra in sorted(set(results) - set(entry["cells"])):
             reject("cells", f"cells/{extra}.json is not listed in the entry")
+    for where, reason in refused_names(entry, results, allow_module_names):
+        reject(where, reason)
+    if lines:
+        return None, lines  # nothing is planned or built from a name or file that was refused
 
     try:
         planned, shown, records = planned_cells(entry["run"], entry["profile"], results)
@@ -276,7 +323,10 @@ def _submitted(entry: dict) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def validate(path="leaderboard") -> Validation:
+def validate(path="leaderboard", allow_module_names: bool = False) -> Validation:
+    """Every entry under `path`, accepted or rejected in one line per reason. `allow_module_names`
+    trusts the entries' module:attribute names (which import and run the code they name): for
+    one's own entries, never for a board's submitted ones."""
     from jsonschema import Draft202012Validator
 
     path = Path(path)
@@ -287,11 +337,17 @@ def validate(path="leaderboard") -> Validation:
     eval_sets = _EvalSets()
     out = Validation()
     good = []
-    for entry_dir in entry_dirs(path):
-        entry, lines = validate_entry(entry_dir, validator, eval_sets)
-        out.rejections.extend(lines)
-        if entry is not None:
-            good.append((entry_dir, entry))
+    with module_names(allow_module_names):
+        for entry_dir in entry_dirs(path):
+            try:
+                entry, lines = validate_entry(entry_dir, validator, eval_sets, allow_module_names)
+            except Exception as e:  # noqa: BLE001 - one entry's failure, whatever it is, is that entry's rejection
+                message = str(e).splitlines()[0] if str(e) else ""
+                kind = "" if isinstance(e, UsageError) else f"{type(e).__name__}: "
+                entry, lines = None, [f"{entry_dir.name}: cannot be validated: {kind}{message}"]
+            out.rejections.extend(lines)
+            if entry is not None:
+                good.append((entry_dir, entry))
     kept, lines = _duplicates(good)
     out.accepted = [item for item in good if item in kept]
     out.rejections.extend(lines)
