@@ -106,8 +106,9 @@ def test_finals_wait_for_their_trials():
     rows = plan_rows(plan.cells, plan.searches)
     per_cell = 1.0 + 100 * 0.01 + 2.0
     n_first, n_finals = len(plan.cells), sum(len(s.seeds) for s in plan.searches)
-    workers = n_first + n_finals  # enough for every cell at once, were there no second stage
-    assert estimate(rows, FixedCost(), workers).wall_s == pytest.approx(2 * per_cell)
+    workers = n_first + n_finals  # enough for every cell at once, were there no later stages
+    # The study's second selection seeds wait for the trials, and the finals for them.
+    assert estimate(rows, FixedCost(), workers).wall_s == pytest.approx(3 * per_cell)
 
 
 def test_estimate_scales_with_steps():

@@ -64,11 +64,13 @@ def render_plan(rows: list[Row]) -> list[str]:
         out += ["", f"{task} [{variant}]: {cells} cell{'' if cells == 1 else 's'}"]
         body = []
         for r in these:
-            lr = _fmt_values(r.lrs) if r.kind != "finals" else "chosen"
-            what = {"cells": "", "trials": "lr trials", "finals": "after selection"}[r.kind]
+            lr = {"finals": "chosen", "second": "best two"}.get(r.kind, _fmt_values(r.lrs))
+            what = {"cells": "", "trials": "lr trials", "second": "second seed, where the best two are close",
+                    "finals": "after selection"}[r.kind]
             low, high = (fmt_duration(min(r.seconds)), fmt_duration(max(r.seconds))) if r.seconds else ("-", "-")
             per_cell = low if low == high else f"{low}-{high}"
-            body.append([r.label, fmt_levels(r.levels), str(r.steps), str(r.batch_size), lr, _fmt_seeds(r.seeds),
+            steps = f"<={r.steps}" if r.early_stop else str(r.steps)
+            body.append([r.label, fmt_levels(r.levels), steps, str(r.batch_size), lr, _fmt_seeds(r.seeds),
                          str(len(r.cells)), str(r.finished), per_cell, what])
         header = ["model", "training levels", "steps", "batch", "lr", "seeds", "cells", "finished", "per cell", ""]
         out += ["  " + line for line in _columns(header, body, right={2, 3, 6, 7, 8})]
@@ -85,15 +87,20 @@ def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, exe
     finals = sum(len(r.cells) for r in rows if r.kind == "finals")
     where = (f"{finished} already finished in {run_dir}" if run_dir_exists
              else f"{run_dir} does not exist yet")
-    selection = (f", of which {trials + finals} in learning-rate selection ({trials} trials + {finals} finals)"
-                 if trials else "")
+    second = sum(len(r.cells) for r in rows if r.kind == "second")
+    parts = f"{trials} trials + " + (f"{second} second-seed trials at most + " if second else "") + f"{finals} finals"
+    selection = f", of which {trials + second + finals} in learning-rate selection ({parts})" if trials else ""
     out = [f"dry run of {what}: {n_cells} cell{'' if n_cells == 1 else 's'}{selection}; {where}. "
            f"Nothing is trained or written."]
     out += render_plan(rows)
     out += ["", f"estimate: {est.remaining} cell(s) to run, {fmt_duration(est.total_s)} of cell time "
                 f"(the longest cell {fmt_duration(est.longest_s)}); {measured}"]
+    bounds = ["early-stopping cells (steps <=N) at their cap, with every validation check"] * any(
+        r.early_stop for r in rows) + ["a second selection seed wherever one could be needed"] * bool(second)
+    if bounds:
+        out.append(f"an upper bound: it counts {' and '.join(bounds)}")
     if est.wall_s is not None:
-        out.append(f"wall time {executor}: about {fmt_duration(est.wall_s)}")
+        out.append(f"wall time {executor}: {'at most ' if bounds else ''}about {fmt_duration(est.wall_s)}")
     else:
         out.append(f"{executor}: the wall time depends on how many cells the cluster runs at once; with K at "
                    f"once it is at least the longer of {fmt_duration(est.total_s)} / K and the longest cell")
@@ -131,7 +138,7 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
     meter = meter or MeasuredCost(resolved, threads)
     run_dir_exists = Path(run_dir).is_dir()
     rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
-    measured = "per cell: setup + steps x the step time + evaluation"
+    measured = "per cell: setup + steps x the step time (+ validation checks) + evaluation"
     if isinstance(meter, MeasuredCost):
         meter.prepare(c for row in rows for c in row.cells)
     est = estimate(rows, meter, workers)

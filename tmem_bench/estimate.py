@@ -3,9 +3,13 @@ time they would take on this machine and executor, from a few training steps mea
 shape. Nothing is written.
 
 A cell costs its setup (building the model, the causality and reach probes), its training steps and
-its evaluation. Per model (model, model options, task, task options) a training step is measured at
-the shortest and the longest sequence the plan trains it at, and a forward pass at the shortest and
-longest it evaluates; lengths in between are interpolated on a power law between the two (attention
+its evaluation. A cell that stops early costs at most its cap: it is counted at every step of it and
+every validation check on the way. A search's second selection seed is counted wherever one could be
+needed. Both make the estimate an upper bound.
+
+Per model (model, model options, task, task options) a training step is measured at the shortest
+and the longest sequence the plan trains it at, and a forward pass at the shortest and longest it
+evaluates; lengths in between are interpolated on a power law between the two (attention
 grows between linearly and quadratically with the length, a scan linearly), so the cost of a
 measurement does not grow with the number of levels of a sweep.
 
@@ -50,9 +54,19 @@ class Cost:
     setup_s: float  # building the model and the probes
     step_s: float  # one training step (sampling the batch, forward, backward, update)
     eval_s: float  # the evaluation at every level of its grid, and the validation set
+    check_s: float = 0.0  # one early-stopping check: a forward pass over the validation set
 
-    def seconds(self, steps: int) -> float:
-        return self.setup_s + steps * self.step_s + self.eval_s
+    def seconds(self, steps: int, checks: int = 0) -> float:
+        return self.setup_s + steps * self.step_s + checks * self.check_s + self.eval_s
+
+
+def budget(cell: Cell) -> tuple[int, int]:
+    """(training steps, validation checks) a cell runs at most: with early stopping its cap and a
+    check at step 0, every `every` steps and at the cap."""
+    steps, rule = cell.train["steps"], cell.train.get("early_stop")
+    if not rule:
+        return steps, 0
+    return steps, 1 + steps // rule["every"] + (steps % rule["every"] > 0)
 
 
 class Meter(Protocol):
@@ -168,7 +182,8 @@ class MeasuredCost:
         # where a learning rate is chosen) once.
         eval_s = sum(evaluation(level, 2 if gated else 1) for level in cell.eval_levels)
         eval_s += evaluation(cell.train_level, 1)
-        return Cost(setup_s, step(cell.train["batch_size"]), eval_s)
+        check_s = sum(forwards[level_key(cell.train_level)](n) for n in chunks)
+        return Cost(setup_s, step(cell.train["batch_size"]), eval_s, check_s)
 
     def _forward(self, key: tuple, length: int) -> Affine:
         return self._interpolated(self.forward, {n: c for n, (c, _) in self.eval_at[key].items()}, key, length,
@@ -274,9 +289,11 @@ class Row:
     task: str
     variant: str
     label: str
-    kind: str  # "cells", "trials" (a learning-rate selection) or "finals" (its other seeds, at the chosen lr)
+    kind: str  # "cells", "trials" (a learning-rate selection), "second" (a second selection seed where the
+    # best two lrs are close) or "finals" (its other seeds, at the chosen lr)
     levels: list[dict]
-    steps: int
+    steps: int  # with early stopping, the cap
+    early_stop: bool
     batch_size: int
     lrs: list[float]
     seeds: list[int]
@@ -300,20 +317,29 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
 
     `searches` are learning-rate selections (plan.LRSearch): their trials are among `cells` and
     become "trials" rows; their remaining seeds, trained once the lr is chosen, become "finals"
-    rows, counted finished when they are, at whichever lr of the grid was chosen."""
+    rows, counted finished when they are, at whichever lr of the grid was chosen. A search with a
+    second selection seed adds a "second" row: the cells of that seed it may need (the runner-up's
+    where the seed is also a final one, else both of the best two), whichever lrs they turn out at."""
     trial_ids = {c.id for s in searches for c in s.trials}
     groups: list[tuple[str, list[Cell], dict]] = [("cells", [c for c in cells if c.id not in trial_ids], {})]
     groups.append(("trials", [c for s in searches for c in s.trials], {}))
-    finals, done_finals = [], {}
+    second, done_second, finals, done_finals = [], {}, [], {}
     for search in searches:
         lrs = sorted({t.train["lr"] for t in search.trials})
+        if search.second_seed is not None:
+            shared = search.second_seed in search.seeds
+            stand_in = search.second_trials(lrs[1:2] if shared else lrs[:2])
+            second += stand_in
+            done = sum(_finished(run_dir, c) for c in search.second_trials(lrs)) - shared
+            for i, c in enumerate(stand_in):
+                done_second[c.id] = i < done
         stand_in = list(search.finals(lrs[0]))
         finals += stand_in
         by_lr = [search.finals(lr) for lr in lrs]
         done = max(sum(_finished(run_dir, c) for c in cs) for cs in by_lr) if by_lr else 0
         for i, c in enumerate(stand_in):
             done_finals[c.id] = i < done
-    groups.append(("finals", finals, done_finals))
+    groups += [("second", second, done_second), ("finals", finals, done_finals)]
 
     rows: dict[tuple, Row] = {}
     for kind, group, done in groups:
@@ -325,16 +351,17 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
             first = level_cells[0]
             seeds = sorted({c.seed for c in level_cells})
             lrs = sorted({c.train["lr"] for c in level_cells})
-            key = (kind, task, variant, label, first.train["steps"], first.train["batch_size"], tuple(lrs),
-                   tuple(seeds))
+            early_stop = bool(first.train.get("early_stop"))
+            key = (kind, task, variant, label, first.train["steps"], early_stop, first.train["batch_size"],
+                   tuple(lrs), tuple(seeds))
             row = rows.get(key)
             if row is None:
-                row = rows[key] = Row(task, variant, label, kind, [], first.train["steps"],
+                row = rows[key] = Row(task, variant, label, kind, [], first.train["steps"], early_stop,
                                       first.train["batch_size"], lrs, seeds)
             row.levels.append(first.train_level)
             row.cells += level_cells
             row.finished += sum(done[c.id] if c.id in done else _finished(run_dir, c) for c in level_cells)
-    order = {"cells": 0, "trials": 1, "finals": 2}
+    order = {"cells": 0, "trials": 1, "second": 2, "finals": 3}
     tasks = list(dict.fromkeys(c.task for c in cells))
     return sorted(rows.values(), key=lambda r: (tasks.index(r.task) if r.task in tasks else len(tasks),
                                                 order[r.kind]))
@@ -352,14 +379,14 @@ class Estimate:
 def estimate(rows: list[Row], meter: Meter, workers: int | None) -> Estimate:
     """Fill in each row's seconds per cell and schedule the unfinished cells: one after another
     (workers=1), on `workers` slots in plan order, each cell to the first slot free (a process pool),
-    or not at all (workers=None). Finals start after every other cell, as they wait for their
-    learning rate to be chosen."""
-    phases: list[list[float]] = [[], []]
+    or not at all (workers=None). Second selection seeds start after every trial and finals after
+    them, as each waits for the results before it."""
+    phases: list[list[float]] = [[], [], []]
     for row in rows:
-        row.seconds = [meter.cost(c).seconds(c.train["steps"]) for c in row.cells]
+        row.seconds = [meter.cost(c).seconds(*budget(c)) for c in row.cells]
         # The cells of a row differ in cost only by their evaluation and setup, so which of them are
         # finished matters little: the first ones are taken as those.
-        phases[row.kind == "finals"] += row.seconds[row.finished:]
+        phases[{"second": 1, "finals": 2}.get(row.kind, 0)] += row.seconds[row.finished:]
     remaining = [s for phase in phases for s in phase]
     wall = None
     if workers is not None:

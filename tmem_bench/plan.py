@@ -6,23 +6,24 @@ those settings, so a finished cell is recognised when a run is started again.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import itertools
 import json
-import os
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-import torch
-
+from .convergence import load_early_stop
+from .plan_checks import check_model, check_sizes  # noqa: F401 - check_sizes: cli's, from here as always
 from .schema import check as check_schema
 from .errors import UsageError, check_int
-from .registry import BACKBONES, TASKS, get_task, task_names
+from .registry import TASKS, get_task, task_names
 from .task import MAX_TRAIN_SEED, SEED_BITS, level_key
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
+# Settings beside those every cell records: seeds, early stopping (recorded only where it is on, so a
+# fixed budget keeps the cell ids it always had) and a second selection seed (a search's, not a cell's).
+SETTING_KEYS = (*TRAIN_KEYS, "seeds", "early_stop", "selection_second_seed")
 MODEL_SIZE_KEYS = ("d_model", "n_layers", "n_heads")
 
 
@@ -52,9 +53,13 @@ class Cell:
 @dataclass(frozen=True)
 class LRSearch:
     """One (task, variant, training level, model) whose learning rate is chosen on validation data:
-    the first seed is trained at every lr of the grid (the trials), the others at the chosen lr."""
+    the first seed is trained at every lr of the grid (the trials), the others at the chosen lr.
+    With a `second_seed`, the best two lrs, where they are within the selection margin, are
+    trained at it too and chosen between on the mean (selection.py); it is the first remaining
+    seed, so at the lr chosen that cell is also a final one."""
     trials: tuple[Cell, ...]
     seeds: tuple[int, ...]
+    second_seed: int | None = None
 
     @property
     def grid(self) -> tuple[float, ...]:
@@ -62,8 +67,22 @@ class LRSearch:
 
     def finals(self, lr: float) -> list[Cell]:
         """The remaining seeds at `lr`, one of the grid's values."""
+        return self.at_seeds(lr, self.seeds)
+
+    def at_seeds(self, lr: float, seeds) -> list[Cell]:
         trial = next(c for c in self.trials if c.train["lr"] == lr)
-        return [replace(trial, seed=seed) for seed in self.seeds]
+        return [replace(trial, seed=seed) for seed in seeds]
+
+    def second_trials(self, lrs) -> list[Cell]:
+        """The second selection seed at each of `lrs`."""
+        return [cell for lr in lrs for cell in self.at_seeds(lr, [self.second_seed])]
+
+    def cells_after(self, record: dict) -> list[Cell]:
+        """The cells a selection record (selection.choose) trains beyond the trials: the second
+        seed at the lrs it needed it at, then, once an lr is chosen, the remaining seeds there."""
+        second = self.second_trials(record.get("second_seed_lrs") or [])
+        rest = self.finals(record["chosen_lr"]) if record["chosen_lr"] is not None else []
+        return list({c.id: c for c in second + rest}.values())
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,9 @@ class Overrides:
     seeds: list[int] | None = None
     steps: int | None = None
     batch_size: int | None = None
+    # Only the learning-rate searches' trials (and second selection seeds): no fixed cells, no
+    # remaining seeds. None, not False, when unset: an override that is set changes a profile's id.
+    selection_only: bool | None = None
 
 
 def profile_names() -> list[str]:
@@ -208,22 +230,37 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
             for entry in at:
                 if all(level[axis] == value for axis, value in entry.items() if axis in task.axes):
                     settings.update({k: v for k, v in entry.items() if k not in task.axes})
-            train, seeds = _train_settings({**settings, **model_train}, overrides)
+            settings = {**settings, **model_train}
+            train, seeds = _train_settings(settings, overrides)
 
             def cell(lr, seed):
                 return Cell(task=task_name, task_options=task.options(), variant=name,
                             train_level=level, eval_levels=eval_levels,
                             model=model, label=label, model_options={**size, **options},
                             seed=seed, train={**train, "lr": lr})
-            _check_seeds_apart(task, seeds, (level, *eval_levels))
             grid = train["lr"]
+            second = _second_seed(seeds) if len(grid) > 1 and settings.get("selection_second_seed") else None
+            _check_seeds_apart(task, seeds + ([second] if second is not None else []), (level, *eval_levels))
             if len(grid) == 1:
-                cells.extend(cell(grid[0], seed) for seed in seeds)
+                if not overrides.selection_only:
+                    cells.extend(cell(grid[0], seed) for seed in seeds)
                 continue
-            search = LRSearch(trials=tuple(cell(lr, seeds[0]) for lr in grid), seeds=tuple(seeds[1:]))
+            search = LRSearch(trials=tuple(cell(lr, seeds[0]) for lr in grid),
+                              seeds=() if overrides.selection_only else tuple(seeds[1:]), second_seed=second)
             cells.extend(search.trials)
             searches.append(search)
     return Plan(cells, searches)
+
+
+def _second_seed(seeds: list[int]) -> int:
+    """The second selection seed: the first of the remaining seeds (its cell at the chosen lr is a
+    final one anyway), or, where there is none, the one after the selection seed."""
+    if len(seeds) > 1:
+        return seeds[1]
+    if seeds[0] + 1 >= MAX_TRAIN_SEED:
+        raise UsageError(f"seed {seeds[0]} leaves no second selection seed below {MAX_TRAIN_SEED}; "
+                         "list a second seed, or drop selection_second_seed")
+    return seeds[0] + 1
 
 
 def _check_seeds_apart(task, seeds: list[int], levels) -> None:
@@ -237,11 +274,11 @@ def _at_entries(task, entries: list[dict], train_levels: list[dict]) -> list[dic
     """`at` tables checked: each names only axes of the task and training settings, and matches
     at least one training level."""
     for entry in entries:
-        axes = {k: v for k, v in entry.items() if k not in (*TRAIN_KEYS, "seeds")}
+        axes = {k: v for k, v in entry.items() if k not in SETTING_KEYS}
         unknown = [k for k in axes if k not in task.axes]
         if unknown:
             raise UsageError(f"at {entry!r}: {unknown[0]!r} is neither an axis of {task.name!r} "
-                             f"({', '.join(task.axes) or 'none'}) nor a training setting ({', '.join(TRAIN_KEYS)}, seeds)")
+                             f"({', '.join(task.axes) or 'none'}) nor a training setting ({', '.join(SETTING_KEYS)})")
         if not any(all(level[a] == v for a, v in axes.items()) for level in train_levels):
             raise UsageError(f"at {entry!r} matches no training level of {task.name!r}; "
                              f"trained at: {'; '.join(level_key(lv) for lv in train_levels)}")
@@ -272,7 +309,12 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
     for seed in seeds:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_TRAIN_SEED:
             raise UsageError(f"seed must be an integer in [0, {MAX_TRAIN_SEED}), got {seed!r}")
-    return {k: train[k] for k in TRAIN_KEYS}, list(seeds)
+    recorded = {k: train[k] for k in TRAIN_KEYS}
+    if train.get("early_stop"):
+        # The rule travels with the cell (and so into its id): the cell stops where its own
+        # settings say, whatever claims.toml says when it is read again.
+        recorded["early_stop"] = asdict(load_early_stop())
+    return recorded, list(seeds)
 
 
 def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[tuple, list]:
@@ -302,83 +344,6 @@ def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[t
     return eval_levels, train_levels
 
 
-_CHECKED: set[tuple] = set()
-
-
-def check_model(name: str, model_options: dict) -> None:
-    """Build the backbone once and call it on a tiny batch, so that a bad name or option, or a
-    plugin that breaks the backbone contract, fails before anything runs or is written. A model
-    that passed is not checked again in this process (validating a board plans one profile once
-    per entry, and building a model can take seconds)."""
-    key = (name, BACKBONES.get(name), json.dumps(model_options, sort_keys=True, default=repr))
-    if key in _CHECKED:
-        return
-    factory = key[1]  # an unknown name fails here with the list of known ones
-    try:
-        backbone = factory(**model_options)
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"model {name!r}: {e}") from e
-    except Exception as e:  # a plugin's own code failed; `--debug` shows where
-        raise UsageError(f"model {name!r}: its factory raised {type(e).__name__}: {e}") from e
-    if not isinstance(backbone, torch.nn.Module):
-        raise UsageError(f"model {name!r}: its factory returned {type(backbone).__name__}, not a torch.nn.Module")
-    params = inspect.signature(backbone.forward).parameters
-    if "blocked" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        raise UsageError(f"model {name!r}: forward takes no `blocked` argument; "
-                         "the contract is forward(x (B, S, d), blocked=None) -> (B, S, d)")
-    d = model_options["d_model"]
-    x = torch.zeros(2, 3, d)
-    try:
-        with torch.no_grad():
-            y = backbone.eval()(x, blocked=None)
-    except Exception as e:
-        raise UsageError(f"model {name!r}: forward raised {type(e).__name__}: {e}") from e
-    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
-        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise UsageError(f"model {name!r}: forward of a (2, 3, {d}) batch returned {got}, expected (2, 3, {d})")
-    _CHECKED.add(key)
-
-
-def _memory_bytes(device: str) -> int:
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        return torch.cuda.mem_get_info()[1]
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def check_sizes(cells: list[Cell], device: str = "auto") -> None:
-    """Refuse cells whose batches cannot fit in memory, before anything is written.
-
-    The estimate is a lower bound (activations of the blocks and attention scores, and the
-    generated evaluation set), so it only refuses sizes that cannot fit at all."""
-    available = _memory_bytes(device)
-    seen = set()
-    for cell in cells:
-        key = (cell.task, json.dumps(cell.task_options, sort_keys=True), level_key(cell.train_level),
-               json.dumps(cell.model_options, sort_keys=True, default=str), cell.train["batch_size"],
-               cell.train["eval_size"])
-        if key in seen:
-            continue
-        seen.add(key)
-        task = get_task(cell.task, **cell.task_options)
-        d, layers = cell.model_options["d_model"], cell.model_options["n_layers"]
-        heads = cell.model_options["n_heads"]
-        for level in (cell.train_level, *cell.eval_levels):
-            try:
-                one = task.sample(level, 1, torch.Generator().manual_seed(0))
-                tokens = task.make_adapter(d)(one).shape[1]
-            except (RuntimeError, MemoryError, OverflowError) as e:
-                raise UsageError(f"{cell.task} at {level_key(level)}: one sequence cannot be built "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-            per_example = sum(t.nelement() * t.element_size() for t in one.values())
-            train = cell.train["batch_size"] * layers * (40 * tokens * d + 12 * heads * tokens * tokens) * 4
-            needed = max(train, cell.train["eval_size"] * per_example)
-            if needed > available:
-                raise UsageError(
-                    f"{cell.describe()}: about {needed / 2**30:,.1f} GiB needed at {level_key(level)} "
-                    f"({tokens} tokens, batch {cell.train['batch_size']}, eval_size {cell.train['eval_size']}), "
-                    f"more than the {available / 2**30:,.1f} GiB here; lower the level, --batch-size or eval_size")
-
-
 def make_plan(task: str, profile_name: str, overrides: Overrides | None = None) -> list[Cell]:
     """The cells known before training (every cell, for a profile without a learning-rate grid)."""
     return plan_run(task, profile_name, overrides).cells
@@ -400,7 +365,11 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
     else:
         raise UsageError(f"unknown task {task!r}; known: {', '.join(known)}, all (or module:attribute)")
     plans = [plan_task_searches(name, profile, overrides) for name in names]
-    return Plan([c for p in plans for c in p.cells], [s for p in plans for s in p.searches])
+    plan = Plan([c for p in plans for c in p.cells], [s for p in plans for s in p.searches])
+    if overrides.selection_only and not plan.searches:
+        raise UsageError(f"--selection-only: profile {profile_name!r} has no learning-rate grid for {task!r}, "
+                         "so there is no selection to run")
+    return plan
 
 
 def cell_from_dict(d: dict) -> Cell:

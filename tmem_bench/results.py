@@ -112,6 +112,18 @@ def read_cell(path: Path) -> dict:
     return result
 
 
+def steps_run(result: dict) -> int:
+    """The training steps a cell ran: its own record (early stopping may end it before its cap),
+    else, for a cell from before cells recorded it, its budget or the steps before it diverged."""
+    ran = result.get("steps_run")
+    if isinstance(ran, int) and not isinstance(ran, bool):
+        return ran
+    diverged = result.get("diverged_at_step")
+    if isinstance(diverged, int) and not isinstance(diverged, bool):
+        return diverged - 1
+    return result["cell"]["train"]["steps"]
+
+
 def _mean_gate(gates: dict | None) -> float | None:
     return sum(gates.values()) / len(gates) if gates else None
 
@@ -141,6 +153,9 @@ def rows(result: dict) -> list[dict]:
             "wall_time_s": result.get("wall_time_s"),
             "steps_per_s": result.get("steps_per_s"),
             "steps": cell["train"]["steps"],
+            "steps_run": steps_run(result),
+            # A cell from before early stopping ran its fixed budget, or diverged.
+            "stopped": result.get("stopped") or ("diverged" if result.get("status") == "diverged" else "cap"),
             "causality": result.get("causality", {}).get("verdict"),
             "status": result.get("status", "finished"),
             "diverged_at_step": result.get("diverged_at_step"),

@@ -82,10 +82,12 @@ def _run_locked(plan: Plan, run_dir: RunDir, device: str, settings: dict, consol
     try:
         stages = [plan.cells]
         if plan.searches:
-            stages.append(lambda: _select(plan, run_dir, console))
+            # A second pass once the second selection seeds some searches needed have their results.
+            passes = 2 if any(s.second_seed is not None for s in plan.searches) else 1
+            stages += [lambda: _select(plan, run_dir, console)] * passes
         wanted = set()
         for stage in stages:
-            cells = stage if isinstance(stage, list) else stage()
+            cells = stage if isinstance(stage, list) else [c for c in stage() if c.id not in wanted]
             wanted |= {c.id for c in cells}
             todo = run_dir.unfinished(cells, say=lambda line: console.print(escape(line)))
             if todo:
@@ -103,23 +105,26 @@ def _run_locked(plan: Plan, run_dir: RunDir, device: str, settings: dict, consol
 
 def _select(plan: Plan, run_dir: RunDir, console: Console) -> list[Cell]:
     """Choose each search's lr from its trials' results, record the choices in selection.json and
-    the chosen cells in the manifest; the cells to train at the chosen lrs."""
+    the cells they plan in the manifest; the cells to train next: a second selection seed where a
+    choice needs one, the remaining seeds at the chosen lrs."""
     results = {r["cell_id"]: r for r in run_dir.load_cells()[0]}
-    records, finals = [], []
+    records, after = [], []
     for search in plan.searches:
         record = choose(search, results)
         records.append(record)
-        if record["chosen_lr"] is None:
+        after += search.cells_after(record)
+        waiting = set(record.get("missing", [])) - {c.id for c in after}
+        if record["chosen_lr"] is None and waiting:
             console.print(f"no lr chosen for {escape(search.trials[0].describe())}: "
-                          f"{len(record['missing'])} trial(s) without a result")
-            continue
-        finals.extend(search.finals(record["chosen_lr"]))
+                          f"{len(waiting)} trial(s) without a result")
     run_dir.write_selection(records)
-    run_dir.add_after_selection(finals)
+    run_dir.add_after_selection(after)
     chosen = sum(r["chosen_lr"] is not None for r in records)
+    second = sum(bool(r.get("second_seed_lrs")) for r in records)
     console.print(f"learning rates chosen on validation data for {chosen} of {len(records)} searches "
-                  f"({sum(bool(r['at_edge']) for r in records)} at an edge of the grid)")
-    return finals
+                  f"({sum(bool(r['at_edge']) for r in records)} at an edge of the grid"
+                  + (f"; {second} within the margin, trained at a second seed" if second else "") + ")")
+    return after
 
 
 def run_job(job: dict) -> dict:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .version import __version__
-from .convergence import convergence
+from .convergence import convergence, early_stop_rule, should_stop
 from .model import TaskModel
 from .plan import Cell
 from .probe import causality_probe
@@ -78,6 +78,26 @@ def evaluate(model: TaskModel, batch: Batch, device: torch.device) -> tuple[floa
     return total_correct / n, total_loss / n
 
 
+def validation_check(model: TaskModel, batch: Batch, device: torch.device) -> dict:
+    """The validation set's loss and accuracy during training, in eval mode and with the random
+    state put back, so that a cell draws the same numbers whether or not it is checked."""
+    cuda = None if device.type != "cuda" else device.index if device.index is not None else torch.cuda.current_device()
+    with torch.random.fork_rng(devices=[] if cuda is None else [cuda]):
+        accuracy, loss = evaluate(model, batch, device)
+    model.train()
+    return {"loss": loss, "accuracy": accuracy}
+
+
+def _convergence(history: list[dict], checks: list[dict], steps: int, early, diverged: bool) -> dict:
+    """The convergence rule's verdict: on the validation checks where training stopped early, else
+    on the logged train loss."""
+    if diverged:
+        return {"converged": None, "diverged": True}
+    if early is None:
+        return {**convergence(history, steps), "on": "train_loss"}
+    return {**convergence(checks, steps), "on": "validation_loss"}
+
+
 def _config(backbone) -> dict | None:
     """Every setting of the backbone, defaults included, so results record what actually ran."""
     config = getattr(backbone, "config", None)
@@ -133,6 +153,18 @@ def train_cell(
     optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
     gate_init = model.gate_values()
     history = []
+    # The validation set comes from its own seed, so drawing it first leaves training's batches alone.
+    validation_batch, validation_fp = task.validation_set(cell.train_level, train["eval_size"])
+    early = early_stop_rule(train["early_stop"]) if train.get("early_stop") else None
+    checks: list[dict] = []
+
+    def check(step: int) -> bool:
+        """Measure the validation set; whether the early-stopping rule says to stop here."""
+        checks.append({"step": step, **validation_check(model, validation_batch, device)})
+        return should_stop(checks, task.chance(cell.train_level), early)
+
+    if early is not None:
+        check(0)
     model.train()
     window = {"start": time.perf_counter(), "steps": 0, "loss": 0.0, "acc": 0.0}
 
@@ -148,12 +180,14 @@ def train_cell(
         window.update(start=now, steps=0, loss=0.0, acc=0.0)
 
     diverged_at = None
+    stopped = "cap"
     for step in range(1, train["steps"] + 1):
         batch = _to(task.sample(cell.train_level, train["batch_size"], generator), device)
         loss, acc = loss_and_accuracy(model, batch)
         if not math.isfinite(loss.item()):
             # Stop before the update: the weights evaluated below are the last finite ones.
             diverged_at = step
+            stopped = "diverged"
             if window["steps"]:
                 log(step - 1)
             break
@@ -164,11 +198,17 @@ def train_cell(
         window["loss"] += loss.detach()
         window["acc"] += acc.detach()
         window["steps"] += 1
-        if step % train["log_every"] == 0 or step == train["steps"]:
+        last = step == train["steps"]
+        if early is not None and (step % early.every == 0 or last) and check(step):
+            stopped = "converged"
+        if step % train["log_every"] == 0 or last or stopped == "converged":
             log(step)
         if on_step is not None:
             on_step(step, train["steps"])
+        if stopped == "converged":
+            break
     train_time = time.perf_counter() - start
+    steps_done = step if diverged_at is None else diverged_at - 1
 
     evals = []
     for level in cell.eval_levels:
@@ -190,19 +230,19 @@ def train_cell(
             "fingerprint": fp,
         })
 
-    validation_batch, validation_fp = task.validation_set(cell.train_level, train["eval_size"])
     validation_accuracy, validation_loss = evaluate(model, validation_batch, device)
     # Again on the trained weights: a leak may open during training, or only in train mode.
     causality_trained = {mode: causality_probe(model.backbone, cell.model_options["d_model"], seq_len,
                                                blocked=blocked, seed=cell.seed, device=device,
                                                train_mode=mode == "train")
                          for mode in ("eval", "train")}
-    steps_done = train["steps"] if diverged_at is None else diverged_at - 1
     result = {
         "schema": 1,
         "cell_id": cell.id,
         "status": "finished" if diverged_at is None else "diverged",
         "diverged_at_step": diverged_at,
+        "steps_run": steps_done,
+        "stopped": stopped,
         "cell": asdict(cell),
         "tmem_bench_version": __version__,
         "torch_version": torch.__version__,
@@ -227,8 +267,8 @@ def train_cell(
             "n": validation_batch["target"].numel(),
             "fingerprint": validation_fp,
         },
-        "convergence": (convergence(history, train["steps"]) if diverged_at is None
-                        else {"converged": None, "diverged": True}),
+        "convergence": _convergence(history, checks, steps_done, early, diverged_at is not None),
+        "validation_checks": checks if early is not None else None,
         "gate_init": gate_init,
         "gates_final": model.gate_values(),
         "history": history,

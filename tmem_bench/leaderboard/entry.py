@@ -111,7 +111,7 @@ def planned_cells(run: dict, profile: dict, results: dict[str, dict] | None = No
             continue
         shown -= {c.id for c in search.trials if c.train["lr"] != record["chosen_lr"]}
         finals = search.finals(record["chosen_lr"])
-        cells += finals
+        cells += search.cells_after(record)  # the finals, and any second selection seed it needed
         shown |= {c.id for c in finals}
     return cells, shown, records
 

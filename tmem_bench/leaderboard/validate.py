@@ -247,7 +247,8 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets,
     except UsageError as e:
         reject("profile", f"cannot plan the entry's cells with the installed suite: {e}")
         return None, lines
-    selection = [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge")}
+    selection = [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge",
+                                    "second_seed_lrs") if k in r}
                  for r in records if r["label"] == entry["model"]["label"]]
     found = difference(entry.get("selection", []), selection, "selection")
     if found:
