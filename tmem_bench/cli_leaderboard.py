@@ -6,12 +6,6 @@ import sys
 from .errors import UsageError
 
 
-def _trust_flag(parser) -> None:
-    parser.add_argument("--allow-module-names", action="store_true",
-                        help="trust module:attribute task and model names in the entries: importing them runs their "
-                             "code, so only for entries of your own, never for submitted ones (never in CI)")
-
-
 def add_leaderboard_parser(sub, debug, parser_class) -> None:
     board = sub.add_parser("leaderboard", parents=[debug],
                            help="submit a run as entries, validate entries, build the board")
@@ -29,7 +23,6 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                                   help="recompute every entry from its cells; exit 1 when one is rejected")
     validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
                           help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
-    _trust_flag(validate)
     build = actions.add_parser("build", parents=[debug],
                                help="validate every entry, then write README.md and index.html")
     build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
@@ -37,7 +30,6 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                        help="preview: draw the board with this run's models beside the published entries, written "
                             "to --out (default RUN_DIR/board-preview), never into the leaderboard folder")
     build.add_argument("--out", metavar="DIR", help="with --with: where the preview's README.md and index.html go")
-    _trust_flag(build)
 
 
 def _print_rejections(validation) -> None:
@@ -56,7 +48,7 @@ def cmd_leaderboard(args) -> int:
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
     if args.action == "validate":
-        validation = validate(args.path, args.allow_module_names)
+        validation = validate(args.path)
         _print_rejections(validation)
         n = len(validation.accepted)
         print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
@@ -64,19 +56,24 @@ def cmd_leaderboard(args) -> int:
     if args.out is not None and args.with_run is None:
         raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
     if args.with_run is not None:
-        from .leaderboard import preview, preview_entries
+        from .leaderboard import preview, preview_entries, preview_folder
 
-        rows = preview_entries(args.with_run)  # cheap, unlike the board's re-evaluation: a bad run is refused first
-        validation = validate(args.leaderboard, args.allow_module_names)
-        readme, page = preview(args.with_run, rows, validation.accepted, args.out)
+        # Cheap, unlike the board's re-evaluation: a bad folder or run is refused first.
+        out = preview_folder(args.with_run, args.out, args.leaderboard)
+        rows = preview_entries(args.with_run)
+        validation = validate(args.leaderboard)
+        readme, page = preview(out, rows, validation.accepted)
         print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
               f"published entries; {len(validation.rejections)} rejected entries left out)")
         return 0
-    validation = validate(args.leaderboard, args.allow_module_names)
-    if validation.rejections:
-        _print_rejections(validation)
-        print("board not written: fix or remove the rejected entries first", file=sys.stderr)
-        return 1
-    readme, page = build(args.leaderboard, validation.accepted)
+    from .leaderboard import held
+
+    with held(args.leaderboard):  # a submit's entries are all there or none while the board is drawn
+        validation = validate(args.leaderboard)
+        if validation.rejections:
+            _print_rejections(validation)
+            print("board not written: fix or remove the rejected entries first", file=sys.stderr)
+            return 1
+        readme, page = build(args.leaderboard, validation.accepted)
     print(f"board: {readme}, {page} ({len(validation.accepted)} entries)")
     return 0

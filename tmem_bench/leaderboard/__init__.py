@@ -6,10 +6,11 @@ claimed), board (README.md and the data of the page), page (the self-contained
 index.html). The `leaderboard` subcommands are in tmem_bench/cli_leaderboard.py,
 so that the command line loads none of this until asked.
 """
-from .board import board_data, build, preview, preview_entries
+from .board import board_data, build, preview, preview_entries, preview_folder
 from .entry import RANKED_MIN_SEEDS
+from .folder import held
 from .submit import make_entries, submit
 from .validate import Validation, validate
 
-__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "make_entries", "preview", "preview_entries",
-           "submit", "validate"]
+__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "held", "make_entries", "preview",
+           "preview_entries", "preview_folder", "submit", "validate"]

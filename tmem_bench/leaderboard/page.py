@@ -56,8 +56,10 @@ function columns(group) {
     {key: 'params', label: 'params', value: r => r.params, show: r => r.params.toLocaleString('en')},
     {key: 'state', label: 'state', value: r => r.state_bytes === null ? Infinity : r.state_bytes, show: r => r.state},
     {key: 'seeds', label: 'seeds', value: r => r.seeds, show: r => String(r.seeds)},
-    {key: 'score', label: 'score %', value: r => r.score, show: r => pct(r.score)},
+    {key: 'score', label: group.score_label, value: r => r.score, show: r => pct(r.score)},
   ];
+  // The all-level mean beside the ranking score, where the table ranks by the trained level.
+  if (group.mean_label) cols.push({key: 'mean', label: group.mean_label, value: r => r.mean, show: r => pct(r.mean)});
   group.levels.forEach((level, i) => cols.push({
     key: 'level' + i, label: group.labels[level] + ' %',
     value: r => r.cells[level] ? r.cells[level].mean : -Infinity,
@@ -200,10 +202,10 @@ for (const group of DATA) {
                              'data-variant': group.variant, 'data-kind': group.kind});
   const variant = group.variant === 'standard' ? '' : ' [' + group.variant + ']';
   sec.appendChild(el('h3', {}, group.task + variant + ' (profile ' + group.profile + ')'));
+  sec.appendChild(el('p', {class: 'about'}, group.about));
   sec.appendChild(figure(group));
   sec.appendChild(table(group));
-  sec.appendChild(el('p', {class: 'note'},
-                     group.chance_note + '. Hover a row for the command and machine it was run with.'));
+  sec.appendChild(el('p', {class: 'note'}, 'Hover a row for the command and machine it was run with.'));
   board.appendChild(sec);
 }
 """
@@ -220,8 +222,9 @@ TEMPLATE = """<!DOCTYPE html>
 <h1>tmem-bench leaderboard</h1>
 <p class="note">Every number is rebuilt from the entries' cell files by <code>tmem-bench leaderboard validate</code>.
 Accuracy is raw, on each level's fixed evaluation set; a level shows the mean over seeds and its 95% bootstrap
-interval; the score is the mean of the levels. Profiles are never ranked together; entries with fewer than three
-seeds are unranked. Click a column's header, or reach it with Tab and press Enter, to sort.</p>
+interval. A table is ranked by the trained-level score, the accuracy at the level its models were trained at; the
+all-level mean is beside it; equal scores at one decimal share a rank. Profiles are never ranked together; entries
+with fewer than three seeds are unranked. Click a column's header, or reach it with Tab and press Enter, to sort.</p>
 <div class="filters">
 <label>profile <select id="filter-profile"></select></label>
 <label>task <select id="filter-task"></select></label>

@@ -5,6 +5,7 @@ recomputes them with (entry.py), so that submit never writes an entry validate r
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -19,10 +20,11 @@ from pathlib import Path
 from ..errors import UsageError
 from ..plan import profile_names
 from ..report.stats import CI_LEVEL
-from ..results import current_umask, write_json
+from ..results import write_json
 from ..rundir import RunDir
 from ..train import cpu_model
 from .entry import SCHEMA_VERSION, builtin_profile_text, derived, find_schema, planned_cells, profile_id
+from .folder import JOURNAL, STAGING_PREFIX, held, place
 
 
 def slugify(text: str) -> str:
@@ -123,8 +125,7 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
             "model": {"label": label, "name": mine[0].model},
             "ci_level": CI_LEVEL,
             "cells": sorted(c.id for c in mine),
-            "selection": [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge",
-                                             "second_seed_lrs") if k in r}
+            "selection": [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge")}
                           for r in records if r["label"] == label],
             **facts,
         }
@@ -132,31 +133,52 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
     return out
 
 
-def write_entry(entries_dir: Path, slug: str, entry: dict, results: list[dict], run_dir: RunDir) -> Path:
+def write_entries(entries_dir: Path, made: list[tuple[str, dict, list[dict]]], run_dir: RunDir) -> None:
     """entries/<slug>/entry.json, cells/<id>.json and the cells' weights (cells/<id>.safetensors,
-    copied from `run_dir`), all or nothing: built aside, then renamed into place."""
-    entries_dir = Path(entries_dir)
-    final = entries_dir / slug
-    if final.exists():
-        raise UsageError(f"entry {final} exists already; choose another --name (entries are never overwritten)")
-    entries_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=entries_dir, prefix=f".{slug}."))
+    copied from `run_dir`) of every entry, all or nothing: each staged whole in one folder, the
+    journal written, then each renamed into place (a kill from there on is finished by the next
+    command of the board, see folder.py). An OSError names the board's file, never the staging."""
+    entries_dir.mkdir(exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=entries_dir, prefix=STAGING_PREFIX))
     try:
-        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide the entry from colleagues
-        for result in results:
-            write_json(staging / "cells" / f"{result['cell_id']}.json", result)
-            shutil.copyfile(run_dir.weights_path(result["cell_id"]),
-                            staging / "cells" / f"{result['cell_id']}.safetensors")
-        write_json(staging / "entry.json", entry)
-        os.rename(staging, final)
-    except BaseException:
+        for slug, entry, results in made:
+            for result in results:
+                cells = staging / slug / "cells"
+                write_json(cells / f"{result['cell_id']}.json", result)
+                _copy(run_dir.weights_path(result["cell_id"]), cells / f"{result['cell_id']}.safetensors")
+            write_json(staging / slug / "entry.json", entry)
+        write_json(staging / JOURNAL, {"entries": [slug for slug, _, _ in made]})
+    except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, OSError) and e.filename and Path(e.filename).is_relative_to(staging):
+            raise OSError(e.errno, e.strerror, str(entries_dir / Path(e.filename).relative_to(staging))) from e
         raise
-    return final
+    place(staging, [slug for slug, _, _ in made])
+
+
+def _copy(source: Path, target: Path) -> None:
+    try:
+        shutil.copyfile(source, target)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # writing failed, whichever file Python names
+            raise OSError(e.errno, e.strerror, str(target)) from e
+        raise
+
+
+def _same(folder: Path, entry: dict) -> bool:
+    """Whether a published entry is `entry` as an earlier run of the same command wrote it."""
+    try:
+        published = json.loads((folder / "entry.json").read_text())
+        return ([published.get(k) for k in ("name", "model", "cells", "profile")]
+                == [entry[k] for k in ("name", "model", "cells", "profile")])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
 
 
 def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None = None,
            url: str | None = None, description: str | None = None) -> list[Path]:
+    """Write an entry per model of a finished run into the board, all or nothing; the same command
+    after a kill or a full disk finishes what is not there yet."""
     from jsonschema import Draft202012Validator
 
     board = Path(leaderboard_dir)
@@ -172,16 +194,22 @@ def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None 
         error = next(iter(sorted(validator.iter_errors(entry), key=lambda e: list(map(str, e.absolute_path)))), None)
         if error is not None:
             raise UsageError(_refusal(error))
-    taken = [slug for slug, _, _ in made if (entries_dir / slug).exists()]
-    if taken:
-        raise UsageError(f"entries {', '.join(taken)} exist already in {entries_dir}; choose another --name")
-    for published, cells in published_cells(entries_dir).items():
-        for slug, entry, _ in made:
-            shared = set(entry["cells"]) & cells
-            if shared:
-                raise UsageError(f"{len(shared)} of the cells of {slug} are published already in the entry "
-                                 f"{published}; a run is submitted once")
-    return [write_entry(entries_dir, slug, entry, results, RunDir(run_dir)) for slug, entry, results in made]
+    board.mkdir(parents=True, exist_ok=True)
+    with held(board):
+        there = {slug for slug, entry, _ in made if _same(entries_dir / slug, entry)}
+        taken = [slug for slug, _, _ in made if slug not in there and os.path.lexists(entries_dir / slug)]
+        if taken:
+            raise UsageError(f"entries {', '.join(taken)} exist already in {entries_dir}; choose another --name")
+        todo = [item for item in made if item[0] not in there]
+        for published, cells in published_cells(entries_dir).items():
+            for slug, entry, _ in todo:
+                shared = set(entry["cells"]) & cells
+                if shared and published not in there:
+                    raise UsageError(f"{len(shared)} of the cells of {slug} are published already in the entry "
+                                     f"{published}; a run is submitted once")
+        if todo:
+            write_entries(entries_dir, todo, RunDir(run_dir))
+    return [entries_dir / slug for slug, _, _ in made]
 
 
 def _refusal(error) -> str:
