@@ -6,6 +6,12 @@ import sys
 from .errors import UsageError
 
 
+def _trust_flag(parser) -> None:
+    parser.add_argument("--allow-module-names", action="store_true",
+                        help="trust module:attribute task and model names in the entries: importing them runs their "
+                             "code, so only for entries of your own, never for submitted ones (never in CI)")
+
+
 def add_leaderboard_parser(sub, debug, parser_class) -> None:
     board = sub.add_parser("leaderboard", parents=[debug],
                            help="submit a run as entries, validate entries, build the board")
@@ -23,6 +29,7 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                                   help="recompute every entry from its cells; exit 1 when one is rejected")
     validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
                           help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
+    _trust_flag(validate)
     build = actions.add_parser("build", parents=[debug],
                                help="validate every entry, then write README.md and index.html")
     build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
@@ -30,6 +37,7 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                        help="preview: draw the board with this run's models beside the published entries, written "
                             "to --out (default RUN_DIR/board-preview), never into the leaderboard folder")
     build.add_argument("--out", metavar="DIR", help="with --with: where the preview's README.md and index.html go")
+    _trust_flag(build)
 
 
 def _print_rejections(validation) -> None:
@@ -48,7 +56,7 @@ def cmd_leaderboard(args) -> int:
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
     if args.action == "validate":
-        validation = validate(args.path)
+        validation = validate(args.path, args.allow_module_names)
         _print_rejections(validation)
         n = len(validation.accepted)
         print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
@@ -61,7 +69,7 @@ def cmd_leaderboard(args) -> int:
         # Cheap, unlike the board's re-evaluation: a bad folder or run is refused first.
         out = preview_folder(args.with_run, args.out, args.leaderboard)
         rows = preview_entries(args.with_run)
-        validation = validate(args.leaderboard)
+        validation = validate(args.leaderboard, args.allow_module_names)
         readme, page = preview(out, rows, validation.accepted)
         print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
               f"published entries; {len(validation.rejections)} rejected entries left out)")
@@ -69,7 +77,7 @@ def cmd_leaderboard(args) -> int:
     from .leaderboard import held
 
     with held(args.leaderboard):  # a submit's entries are all there or none while the board is drawn
-        validation = validate(args.leaderboard)
+        validation = validate(args.leaderboard, args.allow_module_names)
         if validation.rejections:
             _print_rejections(validation)
             print("board not written: fix or remove the rejected entries first", file=sys.stderr)

@@ -125,7 +125,8 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
             "model": {"label": label, "name": mine[0].model},
             "ci_level": CI_LEVEL,
             "cells": sorted(c.id for c in mine),
-            "selection": [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge")}
+            "selection": [{k: r[k] for k in ("task", "variant", "train_level", "grid", "chosen_lr", "at_edge",
+                                             "second_seed_lrs") if k in r}
                           for r in records if r["label"] == label],
             **facts,
         }
