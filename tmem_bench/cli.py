@@ -98,8 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", help="number of seeds (3) or a list of seeds (0,1,2)")
     run.add_argument("--steps", type=positive, help="training steps per cell")
     run.add_argument("--batch-size", type=positive, help="training batch size")
-    run.add_argument("--selection-only", action="store_true",
-                     help="train only the learning-rate trials and second selection seeds, write selection.json, stop")
     run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
     run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
     run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
@@ -183,7 +181,6 @@ def cmd_run(args) -> int:
         seeds=parse_seeds(args.seeds),
         steps=args.steps,
         batch_size=args.batch_size,
-        selection_only=args.selection_only or None,
     )
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)
@@ -304,14 +301,18 @@ def cmd_list(args) -> int:
     from rich.markup import escape
 
     from .plan import Overrides, load_profile, plan_task, profile_names
-    from .registry import backbone_names, get_task, task_names
+    from .registry import BACKBONES, backbone_names, get_task, task_names
     from .task import level_key
 
     console = Console(highlight=False, soft_wrap=True)
     profiles = {name: load_profile(name) for name in profile_names()}
     console.print("[bold]tasks[/bold] (sweep axis and levels per profile)")
     for name in task_names():
-        task = get_task(name)
+        try:
+            task = get_task(name)
+        except (TypeError, UsageError) as e:  # a broken plug-in is named; every other task is still listed
+            console.print(escape(f"  {name}  broken: {e}"))
+            continue
         console.print(f"  [bold]{name}[/bold]  axes: {', '.join(task.axes) or 'none'}  classes: {task.n_classes}")
         for pname, profile in profiles.items():
             if name not in profile.get("tasks", {}):
@@ -332,6 +333,11 @@ def cmd_list(args) -> int:
                 models = ", ".join(dict.fromkeys(c.label for c in cells))
                 console.print(escape(f"    {pname} [{variant}]: {grid}{where}; models {models}"))
     console.print("[bold]models[/bold]: " + ", ".join(backbone_names()))
+    for name in BACKBONES.plugin_names():
+        try:
+            BACKBONES.get(name)
+        except UsageError as e:
+            console.print(escape(f"  {name}  broken: {e}"))
     if args.params:
         _print_params(console, profiles.get("quick", {}))
     console.print("[bold]profiles[/bold]")

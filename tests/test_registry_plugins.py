@@ -1,0 +1,80 @@
+"""Installed plug-ins that are broken: one that raises on import is one line in `list` (every other
+task still listed) and a one-line error in `run` and `check`, like a module:attribute that cannot be
+loaded; a task whose constructor raises is a one-line error in `run`."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tmem_bench.cli import main
+from tmem_bench.registry import BACKBONES, TASKS
+
+ENTRY_POINTS = """
+[tmem_bench.tasks]
+broken_task = broken_plugin:Task
+raising_task = raising_plugin:Raising
+
+[tmem_bench.models]
+broken_model = broken_plugin:model
+"""
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    """A distribution installed on sys.path whose entry points name a module that raises on import
+    and a task whose constructor raises."""
+    site = tmp_path / "site"
+    info = site / "broken_plugins-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugins\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    (site / "broken_plugin.py").write_text('raise RuntimeError("the plug-in author\'s bug")\n')
+    (site / "raising_plugin.py").write_text(
+        "from tmem_bench.tasks.no_harm import NoHarm\n\n\nclass Raising(NoHarm):\n"
+        "    def __init__(self, seq_len=32, vocab=16):\n        raise RuntimeError('no data here')\n")
+    monkeypatch.syspath_prepend(str(site))
+    for registry in (TASKS, BACKBONES):
+        monkeypatch.setattr(registry, "_entry_points", None)  # found again, with this distribution
+    yield tmp_path
+    for name in ("broken_plugin", "raising_plugin"):
+        sys.modules.pop(name, None)
+
+
+def one_line(capsys, needle: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and needle in err, err
+
+
+def test_list_names_a_broken_plugin_and_lists_everything_else(plugins, capsys):
+    assert {"broken_task", "raising_task"} <= set(TASKS.names()) and "broken_model" in BACKBONES.names()
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    broken = [line for line in lines if "broken:" in line]
+    assert any(line.startswith("  broken_task  broken: cannot load task 'broken_task' (entry point "
+                               "broken_plugin:Task): RuntimeError: the plug-in author's bug") for line in broken), out
+    assert any(line.startswith("  raising_task  broken: task 'raising_task': its constructor raised RuntimeError: "
+                               "no data here") for line in broken), out
+    assert any(line.startswith("  broken_model  broken: cannot load model 'broken_model'") for line in broken), out
+    assert len(broken) == 3
+    assert "coordinate_binding" in out and "map_building" in out and "profiles" in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "broken_task"], "cannot load task 'broken_task' (entry point broken_plugin:Task): RuntimeError"),
+    (["run", "no_harm", "--models", "broken_model"], "cannot load model 'broken_model' (entry point"),
+    (["check", "broken_model"], "cannot load model 'broken_model' (entry point broken_plugin:model): RuntimeError"),
+    (["check", "--task", "broken_task"], "cannot load task 'broken_task'"),
+    (["run", "raising_task"], "task 'raising_task': its constructor raised RuntimeError: no data here"),
+], ids=["run-task", "run-model", "check-model", "check-task", "run-raising-task"])
+def test_a_broken_entry_point_is_one_line_in_run_and_check(plugins, args, needle, capsys):
+    out = plugins / "run"
+    assert main([*args, *(["--out", str(out), "--no-report"] if args[0] == "run" else [])]) == 2
+    one_line(capsys, needle)
+    assert not out.exists()
+
+
+def test_check_still_reports_a_raising_constructor_as_a_failed_check(plugins, capsys):
+    assert main(["check", "--task", "raising_task"]) == 1
+    assert "FAIL" in capsys.readouterr().out
