@@ -2,6 +2,9 @@
 both are trained at a second seed and the mean chooses; elsewhere one seed does. A run plans and
 trains those cells, records which choices needed them, and can stop after its selection."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +14,7 @@ from tmem_bench.estimate import plan_rows
 from tmem_bench.plan import Overrides, plan_run
 from tmem_bench.rundir import RunDir
 from tmem_bench.runner import run_plan
-from tmem_bench.selection import choose, load_margin
+from tmem_bench.selection import choose, load_margin, one_seed_lr
 
 PROFILE = """
 [train]
@@ -61,7 +64,7 @@ def test_within_the_margin_a_second_seed_is_planned_and_the_mean_decides(tmp_pat
 
     both = {**first, second[0].id: result(second[0], 0.40), second[1].id: result(second[1], 0.70)}
     record = choose(search, both, margin=0.05)
-    assert record["chosen_lr"] == 1e-2 and record["at_edge"] is True
+    assert record["chosen_lr"] == 1e-2 and record["at_edge"] is True and one_seed_lr(record) == 3e-3
     assert [m["accuracy"] for m in record["second_seed_means"]] == pytest.approx([0.51, 0.65])
     assert record["final_cells"] == [f.id for f in search.finals(1e-2)]
     # The second seed's cell at the lr chosen is a final one: one extra cell, the runner-up's.
@@ -125,3 +128,28 @@ def test_selection_only_without_a_grid_is_refused(tmp_path):
     path.write_text(PROFILE.format(extra="").replace("lr = [1e-3, 3e-3, 1e-2]", "lr = 1e-3"))
     with pytest.raises(UsageError, match="no learning-rate grid"):
         plan_run("coordinate_binding", str(path), Overrides(selection_only=True))
+
+
+def test_selection_agreement_counts_the_choices_two_runs_share_by_either_rule(tmp_path):
+    def run(name, searches):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "selection.json").write_text(json.dumps({"searches": searches}))
+        return str(folder)
+
+    def search(label, accuracies, chosen, second=()):
+        trials = [{"lr": lr, "cell_id": f"{label}{lr}", "accuracy": acc, "loss": 1.0, "status": "finished"}
+                  for lr, acc in accuracies.items()]
+        return {"task": "t", "variant": "v", "label": label, "model": label, "train_level": "w=1",
+                "grid": sorted(accuracies), "seeds": [1], "trials": trials, "chosen_lr": chosen, "at_edge": True,
+                "final_cells": [], "second_seed_lrs": list(second)}
+
+    a = run("a", [search("x", {1e-3: 0.6, 1e-2: 0.5}, 1e-3), search("y", {1e-3: 0.5, 1e-2: 0.52}, 1e-3, (1e-3, 1e-2))])
+    b = run("b", [search("x", {1e-3: 0.7, 1e-2: 0.2}, 1e-3), search("y", {1e-3: 0.53, 1e-2: 0.5}, 1e-3, (1e-3, 1e-2))])
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_agreement.py"
+    proc = subprocess.run([sys.executable, str(script), a, b], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "first seed alone: 1 of 2 choices agree" in proc.stdout
+    assert "t [v] y @ w=1: 0.01 against 0.001" in proc.stdout
+    assert "as chosen: 2 of 2 choices agree" in proc.stdout
+    assert "second seed trained in 1 of 2 shared searches" in proc.stdout

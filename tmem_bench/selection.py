@@ -69,6 +69,15 @@ def choose(search: LRSearch, results: dict[str, dict], margin: float | None = No
     return record
 
 
+def one_seed_lr(record: dict) -> float | None:
+    """The lr a selection record's first seed chooses alone (what a search without a second
+    seed chooses), from the trials it holds; None while one has no result."""
+    trials = record.get("trials") or []
+    if not trials or any(t.get("accuracy") is None for t in trials):
+        return None
+    return min(trials, key=_rank)["lr"]
+
+
 def _mean(a: dict, b: dict) -> dict:
     """Two seeds' trials at one lr as one: their mean validation accuracy and loss, diverged where
     either diverged."""
