@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tmem_bench import selection
@@ -108,6 +109,8 @@ def test_a_run_trains_the_second_seed_where_the_best_two_are_close_and_records_i
         (s, record["chosen_lr"]) for s in (1, 2)}
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert len(manifest["cells"]) == len(results) == 6
+    table = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert table["lr_chosen"].notna().all() and len(set(table["cell_id"])) == 6
 
 
 def test_selection_only_at_other_seeds_trains_the_trials_and_second_seeds_alone(tmp_path, monkeypatch):

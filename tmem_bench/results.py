@@ -185,6 +185,7 @@ def results_table(results: list[dict], selection: list[dict] = ()) -> pd.DataFra
     chosen = {}
     for search in selection:
         grid = " ".join(f"{lr:g}" for lr in search.get("grid", []))
-        for cid in [t["cell_id"] for t in search.get("trials", [])] + search.get("final_cells", []):
+        trials = search.get("trials", []) + search.get("second_trials", [])
+        for cid in [t["cell_id"] for t in trials] + search.get("final_cells", []):
             chosen[cid] = {"lr_grid": grid, "lr_chosen": search.get("chosen_lr")}
     return pd.DataFrame([{**row, **chosen.get(row["cell_id"], {})} for result in results for row in rows(result)])
