@@ -112,7 +112,7 @@ MALFORMED = [
     ("profile-unknown-key", ["run", "coordinate_binding", "--profile", "{p}/stepz.toml"],
      "unknown key 'stepz'; allowed: batch_size"),
     ("profile-lr-string", ["run", "coordinate_binding", "--profile", "{p}/lr_string.toml"],
-     "train.lr: 'fast' is not a learning rate (a positive number) or a list of them"),
+     "train.lr: 'fast' is not a learning rate (a finite number > 0 and <= 10) or a list of them"),
     ("profile-lr-negative", ["run", "coordinate_binding", "--profile", "{p}/lr_negative.toml"], "train.lr: -1.0"),
     ("profile-weight-decay-string", ["run", "coordinate_binding", "--profile", "{p}/wd.toml"],
      "train.weight_decay: 'none' is not of type 'number'"),
@@ -272,9 +272,32 @@ def run_cli(args, cwd):
                           env={**os.environ, "COLUMNS": "400"})
 
 
+# Finite at initialisation; Adam's first step moves `g` by the lr whatever its gradient, and cosh(1e5 g)
+# then overflows: the loss of step 2 is not finite (an lr out of range is refused before training).
+DIVERGING = '''
+import torch
+import torch.nn as nn
+
+
+class Diverging(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.g = nn.Parameter(torch.tensor(1e-9))
+
+    def forward(self, x, blocked=None):
+        return x * torch.cosh(1e5 * self.g)
+
+
+def diverging(d_model, n_layers, n_heads, **options):
+    return Diverging()
+'''
+
+
 def test_divergence_stops_the_cell_and_is_reported(tmp_path):
-    profile = tiny_profile(tmp_path, steps=20, lr=1e30)
-    proc = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run"], tmp_path)
+    profile = tiny_profile(tmp_path, steps=20)
+    (tmp_path / "hardening_diverging.py").write_text(DIVERGING)
+    proc = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run",
+                    "--models", "hardening_diverging:diverging"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "DIVERGED at step" in proc.stderr
     result = json.loads(next((tmp_path / "run" / "cells").glob("*.json")).read_text())

@@ -8,6 +8,7 @@ import pytest
 
 from test_report import CHANCE, RunBuilder
 from tmem_bench.report import INCONCLUSIVE, load_power, load_run, power_rows, power_summary, write_report
+from tmem_bench.plan import LRSearch, cell_from_dict
 from tmem_bench.report import power as power_module
 
 GATES = {"layer0": 0.6, "layer1": 0.6}
@@ -212,26 +213,36 @@ def test_converged_models_keep_the_plain_verdicts(tmp_path):
     assert row["reason"] == CASES["too weak"][3]
 
 
+def as_planned(run_dir: Path, cell_id: str, accuracy: float, lr: float | None = None, keep: bool = False):
+    """Cell `cell_id` given a validation accuracy (and another lr) and the id a plan gives its settings,
+    as the report's check of selection.json against the cells needs: (its Cell, its result). `keep`
+    leaves the original, to make a trial at another lr of it."""
+    path = run_dir / "cells" / f"{cell_id}.json"
+    result = json.loads(path.read_text())
+    result["cell"]["train"]["lr"] = lr or result["cell"]["train"]["lr"]
+    result["validation"] = {"accuracy": accuracy, "loss": 1.0}
+    cell = cell_from_dict(result["cell"])
+    result["cell_id"] = cell.id
+    if not keep:
+        path.unlink()
+    (run_dir / "cells" / f"{cell.id}.json").write_text(json.dumps(result))
+    return cell, result
+
+
+def write_selection(run_dir: Path, trials: list, seeds: tuple, results: dict) -> None:
+    from tmem_bench.selection import choose
+
+    record = choose(LRSearch(tuple(trials), seeds), {r["cell_id"]: r for r in results})
+    (run_dir / "selection.json").write_text(json.dumps({"searches": [record]}))
+
+
 def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
     b = RunBuilder(tmp_path)
-    trials = {}
-    for lr, acc in ((1e-3, 0.9), (1e-2, 0.3)):
-        cid = b.cell("occlusion", "tensor", 0, (6,), {(6,): acc})
-        path = tmp_path / "cells" / f"{cid}.json"
-        result = json.loads(path.read_text())
-        result["cell"]["train"]["lr"] = lr
-        result["cell_id"] = cid = cid + str(lr).replace(".", "p")
-        (tmp_path / "cells" / f"{cid}.json").write_text(json.dumps(result))
-        path.unlink()
-        trials[lr] = cid
-    search = {"task": "occlusion", "variant": "standard", "label": "tensor", "model": "tensor",
-              "train_level": "occlusion_len=6", "grid": [1e-3, 1e-2], "selection_seed": 0, "seeds": [],
-              "trials": [{"lr": lr, "cell_id": cid, "accuracy": 0.9 if lr == 1e-3 else 0.3, "loss": 1.0,
-                          "status": "finished"} for lr, cid in trials.items()],
-              "chosen_lr": 1e-3, "at_edge": True, "final_cells": []}
-    (tmp_path / "selection.json").write_text(json.dumps({"searches": [search]}))
+    made = [as_planned(tmp_path, b.cell("occlusion", "tensor", 0, (6,), {(6,): acc}), acc, lr)
+            for lr, acc in ((1e-3, 0.9), (1e-2, 0.3))]
+    write_selection(tmp_path, [cell for cell, _ in made], (), [result for _, result in made])
     data = load_run(tmp_path)
-    assert set(data.table["cell_id"]) == {trials[1e-3]}
+    assert set(data.table["cell_id"]) == {made[0][0].id}
     text = write_report(tmp_path).path.read_text()
     assert "## Learning-rate selection" in text
     assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text
@@ -254,9 +265,10 @@ def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):
         model = next(m for m in ("base", "lstm", "slots", "tensor") if m in cid)
         _annotate(tmp_path, cid, reach=_reach({"base": 0.0, "lstm": (0.05, 3e-8)}.get(model, 0.1)),
                   convergence={"converged": {"slots": False, "base": None}.get(model, True)})
-    search = {"task": "occlusion", "variant": "standard", "label": "tensor", "model": "tensor",
-              "train_level": "occlusion_len=6", "grid": [1e-3], "trials": [], "chosen_lr": 1e-3, "at_edge": True}
-    (tmp_path / "selection.json").write_text(json.dumps({"searches": [search]}))
+    # tensor's lr was chosen from a grid whose other lr was worse (seed 1 trained at it): at an edge.
+    worse = as_planned(tmp_path, "occlusion-standard-tensor-0-6", 0.2, lr=1e-2, keep=True)
+    made = [as_planned(tmp_path, f"occlusion-standard-tensor-{seed}-6", 0.9) for seed in (0, 1)]
+    write_selection(tmp_path, [made[0][0], worse[0]], (1,), [worse[1], *(result for _, result in made)])
     rows = {r["label"]: r for r in power_module.model_rows(load_run(tmp_path))}
     assert rows["base"]["case"] == "nothing learned: no path from the evidence to the answer"
     assert rows["base"]["convergence_known"] == 0

@@ -67,10 +67,9 @@ def usable(options: ExecutorOptions | str | None) -> ExecutorOptions:
     for flag, (given, kinds) in applies.items():
         if given and o.kind not in kinds:
             raise UsageError(f"{flag} applies to --executor {' or '.join(kinds)}, not {o.kind}")
-    if o.workers is not None:
-        check_int("--workers", o.workers)
-    if o.cpus_per_cell is not None:
-        check_int("--cpus-per-cell", o.cpus_per_cell)
+    for flag, count in (("--workers", o.workers), ("--cpus-per-cell", o.cpus_per_cell)):
+        if count is not None:
+            check_int(flag, count)
     if o.gpus_per_cell is not None:
         check_float("--gpus-per-cell", o.gpus_per_cell)
         if o.kind == "slurm" and not float(o.gpus_per_cell).is_integer():
@@ -416,12 +415,9 @@ class SubmititJobs(Executor):
 
 def make_executor(o: ExecutorOptions, run_dir: RunDir, device: str) -> Executor:
     if o.kind == "local":
-        gpus = 0
-        if device in ("auto", "cuda"):
-            import torch
+        import torch
 
-            gpus = torch.cuda.device_count()
-        return LocalPool(o.workers, o.cpus_per_cell, gpus)
+        return LocalPool(o.workers, o.cpus_per_cell, torch.cuda.device_count() if device in ("auto", "cuda") else 0)
     if o.kind == "ray":
         return RayTasks(o.address, o.cpus_per_cell, o.gpus_per_cell)
     if o.kind == "slurm":
@@ -459,13 +455,16 @@ def _record_problem(record) -> str | None:
     return None
 
 
+def _slurm_command(command: str, run_dir: RunDir) -> None:
+    if shutil.which(command) is None:  # submitit would call every job UNKNOWN: none live, none cancelled
+        raise UsageError(f"the jobs of {str(run_dir)!r} are Slurm jobs, and Slurm's {command} is not on PATH "
+                         "here; run this on a machine of the cluster (a login node)")
+
+
 def job_states(run_dir: RunDir, record: dict) -> list[dict]:
     """Each recorded job with the scheduler's state of it (the latest job of each cell)."""
     latest = {j["cell"]: j["job"] for j in record.get("jobs", [])}
-    rows = []
-    for cell, job_id in latest.items():
-        rows.append({"cell": cell, "job": job_id, "state": _state(run_dir, record, job_id)})
-    return rows
+    return [{"cell": cell, "job": job_id, "state": _state(run_dir, record, job_id)} for cell, job_id in latest.items()]
 
 
 def _state(run_dir: RunDir, record: dict, job_id: str) -> str:
@@ -477,6 +476,7 @@ def _state(run_dir: RunDir, record: dict, job_id: str) -> str:
             return "ENDED"
         except PermissionError:
             return "RUNNING"
+    _slurm_command("sacct", run_dir)
     import submitit
 
     return submitit.SlurmJob(folder=run_dir.path / record["folder"], job_id=job_id).state
@@ -491,6 +491,7 @@ def cancel_jobs(run_dir: RunDir, record: dict, rows: list[dict]) -> list[str]:
         for job_id in live:
             os.kill(int(job_id), signal.SIGINT)  # as submitit's LocalJob.cancel does
         return live
+    _slurm_command("scancel", run_dir)
     import submitit
 
     for job_id in live:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -33,10 +35,28 @@ import pandas as pd
 
 from .errors import UsageError
 from .results import read_cell, results_table, rows, write_atomic, write_json, write_weights
+from .schema import describe, violations
 
 
 def _me() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(timezone.utc).isoformat()}
+
+
+def finite_json(obj):
+    """`obj` with each nan or inf as None: JSON has no such numbers (json.dumps writes a bare NaN,
+    which other readers refuse)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
+def sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class RunDir:
@@ -85,6 +105,13 @@ class RunDir:
         if not run_dir.cells_folder.is_dir() and not run_dir.manifest_path.is_file():
             raise UsageError(f"{str(path)!r} is not a run directory: it has neither manifest.json nor cells/")
         return run_dir
+
+    def check_layout(self) -> None:
+        """A UsageError where a folder lies where the run keeps a file, which could never be replaced."""
+        for path in (self.manifest_path, self.selection_path, self.jobs_path, self.table_path, self.report_path):
+            if path.is_dir():
+                raise UsageError(f"run directory {str(self.path)!r}: {path.name} is a folder, where the run keeps a "
+                                 "file; move it away and rerun")
 
     # The layout of cells and failure records.
 
@@ -190,6 +217,7 @@ class RunDir:
         """Write manifest.json: `manifest`'s fields and the planned cells, this plan's and, with
         `append`, those the existing manifest plans. A different plan without `append` is a
         UsageError naming the difference, so results of two plans never mix silently."""
+        self.check_layout()
         ours = {c.id: c.describe() for c in cells}
         try:
             earlier = self.manifest()
@@ -224,9 +252,29 @@ class RunDir:
         return read_cell(self.cell_path(cell_id))
 
     def write_cell(self, cell_id: str, result: dict, model) -> None:
-        # Weights first: a cell file is the mark of a finished cell, so its weights are there too.
+        # Weights first: a cell file is the mark of a finished cell, so its weights are there too; it
+        # keeps their hash, by which a resume tells them from weights torn or changed since.
         write_weights(self.weights_path(cell_id), model, cell_id, result)
-        write_json(self.cell_path(cell_id), result)
+        write_json(self.cell_path(cell_id), {**result, "weights_sha256": sha256(self.weights_path(cell_id))})
+
+    def weights_problem(self, cell_id: str, result: dict) -> str | None:
+        """What is wrong with the weights of a finished cell, or None: missing, or not the bytes whose
+        hash its result keeps (for a result from before the hash: unreadable, or another cell's)."""
+        import safetensors
+
+        path = self.weights_path(cell_id)
+        name = f"weights cells/{path.name}"
+        if not path.is_file():
+            return f"its {name} are missing"
+        try:
+            if "weights_sha256" in result:
+                same = sha256(path) == result["weights_sha256"]
+                return None if same else f"its {name} are not those its result records (truncated or changed)"
+            with safetensors.safe_open(path, framework="pt") as f:
+                owner = (f.metadata() or {}).get("cell_id", cell_id)
+        except (OSError, safetensors.SafetensorError) as e:
+            return f"its {name} are unreadable ({e})"
+        return None if owner == cell_id else f"its {name} are those of cell {owner}"
 
     def stored(self) -> set[str]:
         """The ids of the cells with a result file, readable or not."""
@@ -243,16 +291,19 @@ class RunDir:
             return None
 
     def unfinished(self, cells: list, say=print) -> list:
-        """The cells without a readable result; a failure record of a finished cell is removed."""
+        """The cells without a readable result and sound weights; a failure record of a finished cell
+        is removed."""
         todo = []
         for cell in cells:
             if not self.cell_path(cell.id).exists():
                 todo.append(cell)
                 continue
             try:
-                self.read_cell(cell.id)
+                problem = self.weights_problem(cell.id, self.read_cell(cell.id))
             except ValueError as e:  # left half-done by a killed run, or edited: never trusted
-                say(f"{e}; training it again")
+                problem = str(e)
+            if problem:
+                say(f"{cell.describe()}: {problem}; training it again")
                 todo.append(cell)
         if len(todo) < len(cells):
             say(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {self.path}")
@@ -311,17 +362,31 @@ class RunDir:
     # Learning-rate selection.
 
     def selection(self) -> list[dict]:
-        """The learning-rate searches (selection.json), or none; ValueError when it is unreadable."""
+        """The learning-rate searches of selection.json as written, or none where there is no file; a
+        ValueError names what is wrong with one that is unreadable or malformed."""
         try:
-            searches = json.loads(self.selection_path.read_text()).get("searches", [])
+            written = json.loads(self.selection_path.read_text())
         except FileNotFoundError:
             return []
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"selection.json is unreadable: {e}") from None
-        return searches if isinstance(searches, list) else []
+        found = violations(written, "selection")
+        if found:
+            raise ValueError(f"selection.json is malformed: {describe(found[0])}")
+        return written["searches"]
 
     def write_selection(self, searches: list[dict]) -> None:
-        write_json(self.selection_path, {"searches": searches})
+        """Write `searches` to selection.json, keeping the earlier searches of cells the manifest `begin`
+        wrote still plans and none of `searches` holds (an --append'ed plan's); an unreadable file is
+        written anew."""
+        ours = {t["cell_id"] for s in searches for t in s["trials"]}
+        others = {e["id"] for e in (self._manifest or {}).get("cells", [])} - ours
+        try:
+            earlier = self.selection()
+        except ValueError:
+            earlier = []
+        kept = [s for s in earlier if {t["cell_id"] for t in s["trials"]} <= others]
+        write_json(self.selection_path, {"searches": finite_json(kept + searches)})
 
     # Who runs the cells.
 
@@ -344,8 +409,13 @@ class RunDir:
     # What is made from the cells.
 
     def table(self) -> pd.DataFrame:
-        """The results table: one row per readable cell and evaluation level."""
-        return results_table(self.load_cells()[0], self.selection())
+        """The results table: one row per readable cell and evaluation level (without the lr columns
+        while selection.json is unreadable: the run's selection writes it again)."""
+        try:
+            selection = self.selection()
+        except ValueError:
+            selection = []
+        return results_table(self.load_cells()[0], selection)
 
     def write_table(self) -> None:
         write_atomic(self.table_path, self.table().to_csv(index=False))

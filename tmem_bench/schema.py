@@ -4,6 +4,7 @@ key and what is allowed."""
 from __future__ import annotations
 
 import json
+import math
 from functools import cache
 from importlib import resources
 
@@ -12,10 +13,24 @@ import jsonschema
 from .errors import UsageError
 
 
+# Files whose numbers are never nan or inf: a profile is written by hand, where they can only be typos
+# (TOML reads `nan` and `inf` as numbers), and selection.json is strict JSON. A cell's losses may be.
+FINITE = ("profile", "selection")
+
+
+def _finite_number(checker, instance) -> bool:
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
+
+
+_Finite = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number))
+
+
 @cache
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     schema = json.loads(resources.files("tmem_bench").joinpath("schemas", f"{name}.schema.json").read_text())
-    return jsonschema.Draft202012Validator(schema)
+    return (_Finite if name in FINITE else jsonschema.Draft202012Validator)(schema)
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -31,8 +46,12 @@ def _message(error: jsonschema.ValidationError) -> str:
         return error.message
     if error.validator == "anyOf":
         if error.schema_path and "lr" in map(str, error.schema_path):
-            return f"{error.instance!r} is not a learning rate (a positive number) or a list of them"
+            one = error.schema["anyOf"][0]
+            return (f"{error.instance!r} is not a learning rate (a finite number > {one['exclusiveMinimum']} "
+                    f"and <= {one['maximum']}) or a list of them")
         return f"{error.instance!r} is not a model name or a table with a 'name'"
+    if error.validator == "type" and isinstance(error.instance, float) and not math.isfinite(error.instance):
+        return f"{error.instance!r} is not a finite number"
     if error.validator == "uniqueItems":
         return f"{error.instance!r} lists a value twice"
     return error.message
@@ -44,7 +63,12 @@ def violations(instance, name: str) -> list[jsonschema.ValidationError]:
 
 
 def describe(error: jsonschema.ValidationError) -> str:
-    """One line: the key and what is wrong with it."""
+    """One line: the key and what is wrong with it. Where no branch of an anyOf fits, but one fits
+    as far as a key inside the value (a model's table with its own `train`), that key is named."""
+    inner = max(error.context or [], key=lambda e: len(e.absolute_path), default=None)
+    if (error.validator == "anyOf" and isinstance(error.instance, dict) and inner is not None
+            and len(inner.absolute_path) > len(error.absolute_path)):
+        return describe(inner)
     return f"{_where(error)}: {_message(error)}"
 
 

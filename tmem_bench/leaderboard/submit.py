@@ -105,9 +105,10 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
             if results[-1].get("status") == "diverged":
                 raise UsageError(f"{cell.describe()} diverged at step {results[-1].get('diverged_at_step')} "
                                  f"(non-finite loss); a run with diverged cells cannot be submitted")
-            if weights and not run_dir.weights_path(cell.id).is_file():
-                raise UsageError(f"{cell.describe()} has no weights (cells/{cell.id}.safetensors); an entry ships "
-                                 f"them so that every number can be re-evaluated: rerun the cell with this suite")
+            problem = run_dir.weights_problem(cell.id, results[-1]) if weights else None
+            if problem:
+                raise UsageError(f"{cell.describe()}: {problem}; an entry ships them so that every number can be "
+                                 "re-evaluated: rerun the run's command, which trains the cell again")
         facts = derived([r for r in results if r["cell_id"] in shown])
         if facts["causality"] != "causal":
             raise UsageError(f"model {label!r} is {facts['causality']!r} by the causality probe of its cells; only "

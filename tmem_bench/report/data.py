@@ -14,6 +14,7 @@ from ..levels import level_key
 from ..registry import BUILTIN_TASKS
 from ..results import rows
 from ..rundir import RunDir
+from .lr_choice import searches
 
 TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
@@ -66,12 +67,9 @@ def load_run(run_dir) -> RunData:
 
     results, errors = run_dir.load_cells(checks=(_history_rows, _gate_rows))
     problems.extend(errors)
-    try:
-        selection = run_dir.selection()
-    except ValueError as e:
-        problems.append(f"{e}; the learning-rate trials cannot be told from the chosen cells")
-        selection = []
-    results = _chosen(results, selection, problems)
+    selection, left_out, found = searches(run_dir, results, manifest)
+    problems.extend(found)
+    results = [r for r in results if r["cell_id"] not in left_out]
     stored_ids = run_dir.stored()
     failures = run_dir.failures()
     for cid, described in planned.items():
@@ -87,21 +85,6 @@ def load_run(run_dir) -> RunData:
     data = run_data(results, run_dir.path, manifest, problems)
     data.selection = selection
     return data
-
-
-def _chosen(results: list[dict], selection: list[dict], problems: list[str]) -> list[dict]:
-    """The results the report shows: a learning-rate search's trials at an lr other than the one
-    chosen on validation data are left out (they are in selection.json and the selection table)."""
-    dropped = set()
-    for search in selection:
-        trials = search.get("trials") or []
-        if search.get("chosen_lr") is None:
-            problems.append(f"no learning rate chosen yet for {search.get('task')} [{search.get('variant')}] "
-                            f"{search.get('label')} @ {search.get('train_level')}: its trials are left out")
-            dropped |= {t["cell_id"] for t in trials}
-        else:
-            dropped |= {t["cell_id"] for t in trials if t["lr"] != search["chosen_lr"]}
-    return [r for r in results if r["cell_id"] not in dropped]
 
 
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,

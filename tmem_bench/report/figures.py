@@ -2,10 +2,9 @@
 backend is changed); each returns the data it drew."""
 from __future__ import annotations
 
+import io
 import itertools
 import math
-import os
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..registry import BUILTIN_COLORS, extra_color, model_colors
+from ..results import write_atomic
 from .data import (
     TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, slug, task_order, variant_order,
 )
@@ -281,24 +281,17 @@ def reliance_figure(reliance: pd.DataFrame, style: Style):
 
 
 def save_figure(fig, figures_dir: Path, stem: str, tight: bool = False) -> list[Path]:
-    """PNG and SVG, each written to a temporary file and renamed into place; `tight` crops them to
-    what is drawn (for figures whose layout does not measure its own text)."""
+    """PNG and SVG, each through the atomic writer (whole files, the mode the umask gives); `tight`
+    crops them to what is drawn (for figures whose layout does not measure its own text)."""
     import matplotlib
 
-    figures_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     with matplotlib.rc_context({"svg.hashsalt": "tmem-bench"}):
         for ext, metadata in (("png", None), ("svg", {"Date": None})):
-            path = figures_dir / f"{stem}.{ext}"
-            fd, tmp = tempfile.mkstemp(dir=figures_dir, prefix=f".{path.name}.", suffix=f".{ext}")
-            os.close(fd)
-            try:
-                fig.savefig(tmp, format=ext, dpi=110, metadata=metadata, bbox_inches="tight" if tight else None)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            paths.append(path)
+            image = io.BytesIO()
+            fig.savefig(image, format=ext, dpi=110, metadata=metadata, bbox_inches="tight" if tight else None)
+            paths.append(figures_dir / f"{stem}.{ext}")
+            write_atomic(paths[-1], image.getvalue())
     return paths
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..results import write_atomic
+from ..rundir import RunDir
 from .capacity import build_capacity_figures
 from .claims import Claim, load_claims, load_power
 from .data import RunData, load_run
@@ -37,6 +38,8 @@ def write_report(run_dir) -> Report:
     previous report and its figures as they were, never new figures beside an old report.
     The run directory's lock is held meanwhile, so a report is never written beside a running
     run, and staging folders of a report killed midway are removed under it."""
+    run_dir = RunDir.existing(run_dir)
+    run_dir.check_layout()
     data = load_run(run_dir)
     with data.dir.lock(say=lambda message: None):
         data.dir.remove_stale()
