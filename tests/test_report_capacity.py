@@ -177,11 +177,14 @@ def test_the_capacity_claim_per_grid_size_and_at_matched_state(tmp_path):
     assert by_model["tensor_grid4"]["verdict"] == "not supported"
     assert by_model["tensor_grid4"]["first W below 75%"] == "20"
     assert by_model["tensor_grid4"]["accuracy at each W"].endswith("°")
-    assert by_model["tensor_grid8"]["verdict"] == "supported"
+    # Above 75% at every W, but a seed at W=40 was still learning: that point cannot support.
+    assert by_model["tensor_grid8"]["verdict"] == "inconclusive (budget)"
     assert by_model["tensor_grid8"]["W at >= 90%"] == "40+"
     assert claim.verdict == "not supported"  # no label is plain 'tensor': every size counts
-    assert "tensor_grid8: supported (at or above 75% at every n_writes trained)" in claim.reason
-    assert "tensor_grid4: not supported (below 75% from n_writes=20)" in claim.reason  # 20 was learned
+    assert ("inconclusive (budget): tensor_grid8 at n_writes=40 had not converged in 150 steps "
+            "(2 of 3 seeds converged)") in claim.reason
+    # 20 learned and converged: it refutes, though 40 learned nothing.
+    assert "tensor_grid4: not supported (below 75% from n_writes=20)" in claim.reason
     assert any(n.startswith("° nothing was learned at that point") for n in claim.notes)
     matched = [n for n in claim.notes if "at matched state" in n]
     # slots (5,000 B) is within 1.5x of grid 4 (4 KiB) only; lstm (1 KiB) and grid 8 (32 KiB) match nothing.
@@ -201,7 +204,8 @@ def test_no_capacity_claim_without_per_w_training(tmp_path):
 
 
 def test_a_claim_that_fails_where_nothing_was_learned_says_so(tmp_path):
-    """A loss flat at chance may be a plateau that more steps would leave: the reason says where."""
+    """A loss flat at chance may be a plateau that more steps would leave: no verdict, and the
+    reason says where, in how many steps, and how many seeds converged."""
     b = RunBuilder(tmp_path)
     for w, acc in ((5, 0.95), (10, C + 0.01)):
         for seed in range(3):
@@ -209,5 +213,6 @@ def test_a_claim_that_fails_where_nothing_was_learned_says_so(tmp_path):
             patch(tmp_path, cid, state_bytes=4096, convergence={"converged": True})
     b.manifest()
     claim = check_claim(load_run(tmp_path), "capacity")
-    assert claim.verdict == "not supported"
-    assert claim.reason == "tensor: not supported (below 75% from n_writes=10, where nothing was learned)"
+    assert claim.verdict == "inconclusive (budget)"
+    assert claim.reason == ("inconclusive (budget): tensor at n_writes=10 learned nothing in 150 steps "
+                            "(3 of 3 seeds converged)")

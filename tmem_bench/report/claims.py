@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from .stats import EPS, INCONCLUSIVE
+from .stats import BUDGET, EPS, INCONCLUSIVE
+
+# Rules that read no accuracy, so no point of theirs can be the training budget's (budget.py).
+TIMING_RULES = ("throughput",)
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,8 @@ class ClaimSpec:
     state_ratio: float | None = None  # models within this factor of each other's state bytes are matched
 
     def explained(self) -> str:
-        """`explain` with the entry's values filled in (margins and accuracy tolerances in points)."""
+        """`explain` with the entry's values filled in (margins and accuracy tolerances in points),
+        and the budget rule every rule that reads accuracy applies."""
         def number(x, scale=1):
             return None if x is None else f"{scale * x:g}"
 
@@ -41,7 +45,7 @@ class ClaimSpec:
             gate_tolerance=number(self.gate_tolerance), supported_ratio=number(self.supported_ratio),
             refuted_ratio=number(self.refuted_ratio), keeps=number(self.keeps, 100),
             state_ratio=number(self.state_ratio),
-        )
+        ) + ("" if self.rule in TIMING_RULES else " " + load_power().budget_rule())
 
 
 @dataclass
@@ -73,6 +77,14 @@ class PowerSpec:
     def nothing_learned(self, accuracy: float, chance: float) -> bool:
         """At most `learned_margin` above chance (inclusive up to stats.EPS)."""
         return accuracy <= chance + self.learned_margin + EPS
+
+    def budget_rule(self) -> str:
+        """How every verdict on accuracy treats a point of the training budget (budget.py), as printed."""
+        return (f"A point (a model at a level) that learned nothing (within {100 * self.learned_margin:g} points of "
+                f"chance) or had a seed whose training had not converged (the convergence rule) shows the "
+                f"training budget, not the model: it neither supports nor refutes, and a verdict resting on one "
+                f"is {BUDGET}. A model at chance with no path from the evidence to the answer (its information "
+                f"reach) is blind by construction, and counts.")
 
 
 @dataclass(frozen=True)

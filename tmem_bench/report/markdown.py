@@ -6,7 +6,7 @@ import pandas as pd
 from .capacity import capacity_section
 from .claims import Claim, ClaimSpec, PowerSpec
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
-from .power import CONTROL, model_rows, power_rule, power_summary
+from .power import model_rows, power_lines, power_rule
 from .selection import selection_lines
 from .stats import N_BOOT
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
@@ -91,16 +91,7 @@ def _power(data: RunData, power: list[dict], spec: PowerSpec) -> list[str]:
     out = ["", "## Diagnostic power", "", power_rule(spec), ""]
     if not power:
         return out + ["No cell was evaluated at the level it was trained at."]
-    for task, good in power_summary(power).items():
-        variants = list(dict.fromkeys(r["variant"] for r in power if r["task"] == task))
-        if all(r["verdict"] == CONTROL for r in power if r["task"] == task):
-            line = CONTROL
-        elif not good:
-            line = "no variant of this run discriminates"
-        else:
-            rest = [v for v in variants if v not in good]
-            line = f"discriminates in {', '.join(good)}" + (f"; not in {', '.join(rest)}" if rest else "")
-        out.append(f"- {task}: {line}")
+    out += [f"- {task}: {line}" for task, line in power_lines(power).items()]
     header = ["task", "variant", "level", "seeds", f"{spec.attention_reference} (attention)", "best model",
               "its accuracy", "its lead over the next (points)", "its memory off", "its reach (init, trained)",
               "still learning", "chance", "ceiling", "verdict", "why"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .budget import budget_note, point
 from .claims import Claim, ClaimSpec
 from .data import RunData, model_order, per_seed, task_label, variant_order
-from .stats import EPS, INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, combine
+from .stats import BUDGET, EPS, INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, combine
 from .tables import fmt_ci, fmt_pct
 
 
@@ -36,17 +37,23 @@ def no_harm_verdict(accuracies, ceiling: float, gate: float | None, gate_init: f
 
 
 def _model_verdict(data: RunData, rows_: pd.DataFrame, spec: ClaimSpec) -> dict:
-    """The rule on one model's rows of one variant; a leaking model gets no verdict."""
+    """The rule on one model's rows of one variant; a leaking model gets no verdict, nor one whose
+    point is the budget's (budget.py); `shown` is the verdict as the report gives it."""
     cells = rows_.drop_duplicates("cell_id")
     gate = gate_init = None
     if cells["gate_init_mean"].notna().any():
         gate, gate_init = float(cells["gate_final_mean"].mean()), float(cells["gate_init_mean"].mean())
     verdict = no_harm_verdict(per_seed(rows_), float(rows_["ceiling"].mean()), gate, gate_init,
                               spec.accuracy_tolerance, spec.gate_tolerance)
-    leak = data.leak_note([rows_["label"].iloc[0]])
+    leak, budget = data.leak_note([rows_["label"].iloc[0]]), budget_note([point(rows_)])
+    shown = None
     if leak:
         verdict["verdict"], verdict["reason"] = INCONCLUSIVE, f"{leak}; {verdict['reason']}"
-    return {"seeds": int(rows_["seed"].nunique()), "leak": leak, **verdict}
+        shown = f"{INCONCLUSIVE} ({leak})"
+    elif budget:
+        verdict["verdict"], verdict["reason"] = BUDGET, f"{budget}; {verdict['reason']}"
+        shown = budget
+    return {"seeds": int(rows_["seed"].nunique()), "leak": leak, **verdict, "shown": shown or verdict["verdict"]}
 
 
 def _task_rows(data: RunData, spec: ClaimSpec) -> pd.DataFrame:
@@ -87,7 +94,7 @@ def no_harm(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             "gate initial -> final": "-" if v["gate"] is None else
             f"{v['gate_init']:.3f} -> {v['gate']:.3f} ({v['gate_delta']:+.3f})",
             "memory off": fmt_pct(off["accuracy_memory_off"].mean()) if not off.empty else "-",
-            "verdict": v["verdict"] + (f" ({v['leak']})" if v["leak"] else ""),
+            "verdict": v["shown"],
         })
     if not t["gate_init_mean"].notna().any():
         claim.verdict = INCONCLUSIVE

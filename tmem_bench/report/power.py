@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .budget import budget_note, point
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
 from .selection import lr_note
-from .stats import EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
+from .stats import BUDGET, EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
 from .tables import fmt_pct, level_sort_key
 
 DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
@@ -33,7 +34,10 @@ def power_rule(spec: PowerSpec) -> str:
             f"memory switched off falls back within {_points(spec.memory_off_margin)} of chance. Checked in this "
             f"order: nothing learned, attention alone does it ({ref} itself at least "
             f"{_of_the_way(spec.halfway)}), attention is not blind, too weak, does not rely on its memory. With no "
-            f"{ref} there is no verdict. A task without level axes is a control, not a discriminator.")
+            f"{ref} there is no verdict. A task without level axes is a control, not a discriminator. The verdict is "
+            f"{BUDGET} where the best other model learned nothing or had a seed whose training had not "
+            f"converged, or where a seed of {ref} had not converged ({ref} is read for being blind, so only its "
+            f"convergence counts): a point of the training budget neither supports nor refutes.")
 
 
 def power_verdict(reference: float | None, best: float | None, best_model: str | None, memory_off: float | None,
@@ -93,23 +97,16 @@ def reach_case(init: float | None, trained: float | None, spec: ReachSpec) -> st
     return f"a path that carries gradient (reach {init:.2g} at init, {trained:.2g} trained) but was not learned"
 
 
-def _explain_failure(g: pd.DataFrame, models: list[str], best_model: str | None, why: str, reach: ReachSpec) -> str:
-    """'nothing learned' and 'too weak' name the models still learning at the end (undertrained,
-    not incapable) and, for nothing learned, each model's information reach."""
-    if why.startswith("too weak") and best_model and (late := _still_learning(g, best_model)):
-        return f"still learning at the end: {best_model} had not converged ({late}); " + why
+def _reach_cases(g: pd.DataFrame, models: list[str], why: str, reach: ReachSpec) -> str:
+    """'nothing learned' names each model's information reach case."""
     if not why.startswith("nothing learned"):
         return why
-    late = {m: s for m in models if (s := _still_learning(g, m))}
     cases = []
     for m in models:
         rows_ = g[g["label"] == m]
         case = reach_case(rows_["reach_init"].mean(), rows_["reach_trained"].mean(), reach)
         if case:
             cases.append(f"{m}: {case}")
-    if late:
-        why = ("still learning at the end: " + ", ".join(f"{m} ({s} not converged)" for m, s in late.items())
-               + "; " + why)
     return why + (" (" + "; ".join(cases) + ")" if cases else "")
 
 
@@ -127,7 +124,12 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         verdict, why = CONTROL, "no level axes: a control task, where memory is not needed"
     else:
         verdict, why = power_verdict(reference, best, best_model, memory_off, chance, ceiling, spec)
-        why = _explain_failure(honest, [m for m in means], best_model, why, reach or load_reach())
+        why = _reach_cases(honest, list(means), why, reach or load_reach())
+        if reference is not None and best_model is not None:
+            read = [point(honest[honest["label"] == best_model], spec),
+                    point(honest[honest["label"] == spec.attention_reference], spec, judge_learning=False)]
+            if budget := budget_note(read):
+                verdict, why = BUDGET, f"{budget.removeprefix(BUDGET + ': ')}; {why}"
     best_rows = g[g["label"] == best_model]
     runner_up = max((m for m in means if m != best_model), key=means.get, default=None)
     lead = None
@@ -170,6 +172,27 @@ def power_summary(rows: list[dict]) -> dict[str, list[str]]:
         variants = out.setdefault(r["task"], [])
         if r["verdict"] == DISCRIMINATES and r["variant"] not in variants:
             variants.append(r["variant"])
+    return out
+
+
+def power_lines(rows: list[dict]) -> dict[str, str]:
+    """Task -> the report's line on it: the variants that discriminate, those whose verdict the
+    budget left open (never counted as not discriminating), and the rest."""
+    out = {}
+    for task, good in power_summary(rows).items():
+        mine = [r for r in rows if r["task"] == task]
+        if all(r["verdict"] == CONTROL for r in mine):
+            out[task] = CONTROL
+            continue
+        variants = list(dict.fromkeys(r["variant"] for r in mine))
+        budget = [v for v in variants if v not in good and any(r["verdict"] == BUDGET for r in mine
+                                                               if r["variant"] == v)]
+        rest = [v for v in variants if v not in good and v not in budget]
+        parts = [f"discriminates in {', '.join(good)}" if good else "",
+                 f"{BUDGET} in {', '.join(budget)}" if budget else ""]
+        if rest:
+            parts.append(f"not in {', '.join(rest)}" if good or budget else "no variant of this run discriminates")
+        out[task] = "; ".join(p for p in parts if p)
     return out
 
 

@@ -5,12 +5,13 @@ import numpy as np
 import pandas as pd
 
 from ..registry import TASKS
+from .budget import Point, budget_note, point
 from .capacity import (AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks,
                        points)
 from .claims import Claim, ClaimSpec, claim_spec, load_claims
 from .data import RunData, level_key, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
-from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
+from .stats import BUDGET, INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
 from .tables import fmt_ci, fmt_pct, fmt_points
 from .views import in_panel, panels, sweep_axis, trained_in_panel
 
@@ -38,16 +39,6 @@ def _missing_models(data: RunData, spec: ClaimSpec, models: list[str]) -> str | 
     if baselines and not set(baselines) & set(t["label"]):
         return f"this run has none of the attention baselines {', '.join(baselines)} on {spec.task}"
     return None
-
-
-def _nothing_learned(spec: ClaimSpec, *groups: pd.DataFrame) -> str | None:
-    """A reason to withhold a verdict when no compared model is `margin` above chance:
-    models that learned nothing cannot show that one of them holds up better."""
-    best = max(float(g["accuracy"].mean()) for g in groups)
-    chance = float(pd.concat(groups)["chance"].mean())
-    if best > chance + spec.margin:
-        return None
-    return f"nothing learned: best accuracy {fmt_pct(best)} is within {100 * spec.margin:g} points of chance"
 
 
 def memory_forcing(task: str, variant: str, options: dict) -> bool:
@@ -78,7 +69,8 @@ def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[st
 def _per_panel(claim: Claim, spec: ClaimSpec, data: RunData, models: list[str], check) -> None:
     """Run `check(rows, view, x_axis, panel)` on the rows of `models` (_claim_rows) in every variant and
     panel of the claim's task, then give the headline verdict. A check returns None where the panel
-    has too little to decide, else (evidence row, verdict, why the verdict is withheld or None)."""
+    has too little to decide, else (evidence row, verdict, the points it read). The verdict is
+    withheld where a model read leaks (inconclusive) or a point read is the budget's (budget.py)."""
     reason = _missing_models(data, spec, models)
     if reason:
         claim.reason = reason
@@ -91,11 +83,16 @@ def _per_panel(claim: Claim, spec: ClaimSpec, data: RunData, models: list[str], 
             checked = check(*_claim_rows(data, spec, variant, x_axis, panel, models), x_axis, panel)
             if checked is None:
                 continue
-            evidence, verdict, withheld = checked
-            verdict = INCONCLUSIVE if withheld else verdict
+            evidence, verdict, read = checked
+            leak, budget = data.leak_note({p.label for p in read}), budget_note(read)
+            if leak:
+                verdict, shown = INCONCLUSIVE, f"{INCONCLUSIVE} ({leak})"
+            elif budget:
+                verdict, shown = BUDGET, budget
+            else:
+                shown = verdict
             verdicts.append(verdict)
-            claim.evidence.append({"variant": variant, **evidence,
-                                   "verdict": verdict + (f" ({withheld})" if withheld else "")})
+            claim.evidence.append({"variant": variant, **evidence, "verdict": shown})
         if verdicts:
             per_variant[variant] = combine(verdicts)
     _headline(claim, spec, data, per_variant)
@@ -116,7 +113,6 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         best_x = base_x[base_x["label"] == best]
         cmp = compare(per_seed(mem_x), per_seed(best_x), spec.margin)
         off = mem_x.dropna(subset=["accuracy_memory_off"])
-        withheld = data.leak_note([spec.memory, best]) or _nothing_learned(spec, mem_x, best_x)
         return {
             "level": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis}={x}"]),
             "view": view, "seeds": int(mem_x["seed"].nunique()),
@@ -125,7 +121,7 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             "lead (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
             f"{spec.memory} memory off": fmt_pct(off["accuracy_memory_off"].mean()) if not off.empty else "-",
             "chance": fmt_pct(mem_x["chance"].mean()), "ceiling": fmt_pct(mem_x["ceiling"].mean()),
-        }, cmp["verdict"], withheld
+        }, cmp["verdict"], [point(mem_x), point(best_x)]
 
     _per_panel(claim, spec, data, [spec.memory, *spec.baselines], check)
 
@@ -154,11 +150,10 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             return None
         best = min(base_drops, key=lambda m: base_drops[m].mean())
         cmp = compare(base_drops[best], mem, spec.margin)
-        at_lo = rows_[rows_[x_axis] == x_lo]
+        read = [point(rows_[(rows_["label"] == m) & (rows_[x_axis] == x)]) for m in (spec.memory, best)
+                for x in (x_lo, x_hi)]
         mem_hi = rows_[(rows_["label"] == spec.memory) & (rows_[x_axis] == x_hi)].dropna(
             subset=["accuracy_memory_off"])
-        withheld = data.leak_note([spec.memory, best]) or _nothing_learned(
-            spec, at_lo[at_lo["label"] == spec.memory], at_lo[at_lo["label"] == best])
         return {
             "levels": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis} {x_lo} -> {x_hi}"]),
             "view": view, "seeds": int(mem.size),
@@ -168,7 +163,7 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             f"{spec.memory} memory off at {x_axis}={x_hi}":
                 f"{fmt_pct(mem_hi['accuracy_memory_off'].mean())} (on {fmt_pct(mem_hi['accuracy'].mean())})"
                 if not mem_hi.empty else "-",
-        }, cmp["verdict"], withheld
+        }, cmp["verdict"], read
 
     _per_panel(claim, spec, data, [spec.memory, *spec.baselines], check)
 
@@ -187,7 +182,7 @@ def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             f"fewest {x_axis}": f"{xs[0]}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
             f"most {x_axis}": f"{xs[-1]}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
             "drop (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
-        }, cmp["verdict"], _nothing_learned(spec, lo)
+        }, cmp["verdict"], [point(lo), point(hi)]
 
     _per_panel(claim, spec, data, [spec.memory], check)
 
@@ -224,12 +219,17 @@ def throughput(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     claim.reason = f"median slowdown {median:.1f}x over {len(ratios)} task(s)"
 
 
-def _keeps(p: pd.DataFrame, keeps: float) -> str:
-    """Supported when the interval lies at or above `keeps` at every W, not supported when it lies
-    entirely below at some W, else inconclusive."""
-    if (p["high"] < keeps).any():
-        return REFUTED
-    return SUPPORTED if (p["low"] >= keeps - 1e-12).all() else INCONCLUSIVE
+def _keeps(p: pd.DataFrame, read: list[Point], keeps: float) -> tuple[str, int | None]:
+    """(verdict, the first W where a point that learned and converged lies entirely below `keeps`).
+    Such a point refutes whatever the others are; else a point of the budget's leaves it
+    inconclusive (budget); else supported when every interval lies at or above `keeps`."""
+    clean = ~pd.Series([r.limited for r in read], index=p.index)
+    below = p[clean & (p["high"] < keeps)]
+    if not below.empty:
+        return REFUTED, int(below[AXIS].min())
+    if not clean.all():
+        return BUDGET, None
+    return (SUPPORTED if (p["low"] >= keeps - 1e-12).all() else INCONCLUSIVE), None
 
 
 def _fixed_state(p: pd.DataFrame) -> set[str]:
@@ -276,7 +276,10 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         per_label = {}
         for label in memories:
             mp = p[p["label"] == label]
-            per_label[label] = verdict = _keeps(mp, spec.keeps)
+            rows_ = group.rows[group.rows["label"] == label]
+            read = [point(rows_[rows_[AXIS] == w], where=f"at {AXIS}={w}") for w in mp[AXIS]]
+            verdict, refuted_at = _keeps(mp, read, spec.keeps)
+            per_label[label] = verdict
             below = mp[mp["high"] < spec.keeps].sort_values(AXIS)
             first = None if below.empty else below.iloc[0]
             state = mp["state_bytes"].dropna()
@@ -291,11 +294,18 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                 "verdict": verdict,
             })
             keeps = f"{100 * spec.keeps:g}%"
-            if first is None:
+            if verdict == REFUTED:
+                reasons.append(f"{label}: {verdict} (below {keeps} from {AXIS}={refuted_at})"
+                               if refuted_at == int(first[AXIS]) else
+                               f"{label}: {verdict} (below {keeps} at {AXIS}={refuted_at}, the first point below "
+                               f"that learned and converged)")
+            elif verdict == BUDGET:
+                reasons.append(budget_note(read))
+            elif verdict == SUPPORTED:
                 reasons.append(f"{label}: {verdict} (at or above {keeps} at every {AXIS} trained)")
             else:
-                reasons.append(f"{label}: {verdict} (below {keeps} from {AXIS}={int(first[AXIS])}"
-                               + (", where nothing was learned" if first["nothing_learned"] else "") + ")")
+                straddles = ", ".join(str(int(w)) for w in mp[mp["low"] < spec.keeps - 1e-12][AXIS])
+                reasons.append(f"{label}: {verdict} (the interval straddles {keeps} at {AXIS}={straddles})")
         if not per_label:
             continue
         headline = per_label.get(spec.memory)
@@ -309,12 +319,10 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     claim.verdict = combine(verdicts)
     claim.reason = "; ".join(reasons)
     if any(UNCONVERGED in e["accuracy at each W"] for e in claim.evidence):
-        claim.notes.append(f"{UNCONVERGED} a seed of that point had not converged (the convergence rule): there a "
-                           f"fall may be training's, not the state's")
+        claim.notes.append(f"{UNCONVERGED} a seed of that point had not converged (the convergence rule)")
     if any(AT_CHANCE in e["accuracy at each W"] for e in claim.evidence):
-        claim.notes.append(f"{AT_CHANCE} nothing was learned at that point (within the power rule's margin of "
-                           f"chance): a loss flat at chance may be a plateau that more steps would leave, so a "
-                           f"verdict resting on it is the budget's as much as the state's")
+        claim.notes.append(f"{AT_CHANCE} nothing was learned at that point (within the power rule's learned margin "
+                           f"of chance)")
 
 
 RULES = {
@@ -325,19 +333,13 @@ RULES = {
     "no_harm": no_harm,
     "throughput": throughput,
 }
-# Rules that withhold a verdict where nothing was learned say so after the claim's own rule text.
-_WITHHOLD_WHEN_NOTHING_LEARNED = ("memory_vs_baselines", "smaller_drop", "saturation")
 
 
 def check_claim(data: RunData, spec: ClaimSpec | str) -> Claim:
     spec = claim_spec(spec) if isinstance(spec, str) else spec
     if spec.rule not in RULES:
         raise ValueError(f"claim {spec.id!r} names the rule {spec.rule!r}; known rules: {', '.join(RULES)}")
-    text = spec.explained()
-    if spec.rule in _WITHHOLD_WHEN_NOTHING_LEARNED:
-        text += (f" No verdict (inconclusive) where no compared model is more than {100 * spec.margin:g} points "
-                 f"above chance (nothing was learned).")
-    claim = Claim(spec.id, spec.name, spec.statement, spec.paper, text)
+    claim = Claim(spec.id, spec.name, spec.statement, spec.paper, spec.explained())
     RULES[spec.rule](claim, spec, data)
     return claim
 

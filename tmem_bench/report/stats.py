@@ -9,6 +9,9 @@ BOOT_SEED = 0  # the bootstrap is seeded so a report is reproducible byte for by
 EPS = 1e-9  # thresholds are inclusive; this keeps 0.99 - 1.0 from failing "within 0.01"
 
 SUPPORTED, REFUTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+# A verdict that rests on a point the training budget left undecided (budget.py): more steps, not
+# more seeds, could settle it.
+BUDGET = "inconclusive (budget)"
 
 
 def bootstrap_ci(values, level: float = CI_LEVEL, n_boot: int = N_BOOT, seed: int = BOOT_SEED):
@@ -62,9 +65,10 @@ def compare(a, b, margin: float) -> dict:
 
 
 def combine(verdicts: list[str]) -> str:
-    """All supported -> supported; any not supported -> not supported; else inconclusive."""
+    """All supported -> supported; any not supported -> not supported; else inconclusive (budget)
+    when some part is, since more steps could settle that part; else inconclusive."""
     if verdicts and all(v == SUPPORTED for v in verdicts):
         return SUPPORTED
     if any(v == REFUTED for v in verdicts):
         return REFUTED
-    return INCONCLUSIVE
+    return BUDGET if BUDGET in verdicts else INCONCLUSIVE

@@ -1,0 +1,196 @@
+"""Budget-honest verdicts, on synthetic cells (nothing is trained here): a point that learned nothing,
+or where a seed had not converged, neither supports nor refutes; a point that learned and converged
+still refutes. Parametrised over every claim of claims.toml, so a new claim or rule is covered by
+the same tests."""
+import json
+
+import pytest
+
+from test_report import CHANCE, GATE_INIT, RunBuilder
+from test_report_power import build, power_of
+from tmem_bench.report import RULES, check_claim, load_claims, load_run, power_rows
+from tmem_bench.report.claims import TIMING_RULES
+from tmem_bench.report.power import power_lines
+from tmem_bench.report.stats import BUDGET, INCONCLUSIVE, REFUTED, SUPPORTED, combine
+
+# Every task a claim reads, at its smallest and largest level (no_harm has one); each model is
+# trained and evaluated at each level.
+LEVELS = {"coordinate_binding": [(5, 0.0), (40, 0.0)], "occlusion": [(0,), (6,)], "map_building": [(8,), (32,)],
+          "no_harm": [()]}
+CLAIMS = load_claims()
+MEMORIES = {s.memory for s in CLAIMS if s.memory}
+MODELS = sorted(MEMORIES | {m for s in CLAIMS for m in s.baselines} | {s.reference for s in CLAIMS if s.reference})
+# The way from chance to ceiling each model gets, at the smallest and at the largest level: the
+# memory holds up (97% -> 85%), the baselines fall (90% -> 40%), every model solves no_harm.
+SUPPORT = {"memory": (0.97, 0.85), "baseline": (0.90, 0.40)}
+FLAT = 0.5  # every model, every level: learned, and no better than any other
+
+
+def patch(run_dir, cell_id, **fields):
+    path = run_dir / "cells" / f"{cell_id}.json"
+    result = json.loads(path.read_text())
+    result.update(fields)
+    path.write_text(json.dumps(result))
+
+
+def world(run_dir, at_largest="", flat=False):
+    """A run on which every claim is supported (flat=True: refuted), every cell converged.
+    at_largest changes the memory's cells at each task's largest level: "chance" (nothing learned)
+    or "unconverged" (seed 0 still learning)."""
+    b = RunBuilder(run_dir)
+    for task, levels in LEVELS.items():
+        chance = CHANCE[task]
+        for model in MODELS:
+            memory = model in MEMORIES
+            for i, level in enumerate(levels):
+                largest = i == len(levels) - 1
+                for seed in range(3):
+                    frac = 1.0 if task == "no_harm" else SUPPORT["memory" if memory else "baseline"][largest]
+                    accuracy = chance + (FLAT if flat else frac) * (1 - chance) - 0.004 * seed
+                    if memory and largest and at_largest == "chance":
+                        accuracy = chance + 0.002 * seed
+                    gates = {k: v + 0.01 for k, v in GATE_INIT.items()} if memory else None
+                    cid = b.cell(task, model, seed, level, {level: accuracy}, gates=gates,
+                                 memory_off={level: chance} if memory else None,
+                                 steps_per_s=20.0 if flat else None)
+                    converged = not (memory and largest and at_largest == "unconverged" and seed == 0)
+                    patch(run_dir, cid, convergence={"converged": converged, "late_drop": 0.0, "total_drop": 1.0})
+    b.manifest()
+    return b
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = {}
+    for name, kwargs in {"support": {}, "chance": {"at_largest": "chance"}, "unconverged": {"at_largest": "unconverged"},
+                         "refute": {"flat": True}}.items():
+        run_dir = tmp_path_factory.mktemp(name)
+        world(run_dir, **kwargs)
+        out[name] = load_run(run_dir)
+    return out
+
+
+def ids(spec):
+    return f"{spec.id}-{spec.rule}"
+
+
+def test_every_rule_is_decided_by_some_claim():
+    assert {s.rule for s in CLAIMS} == set(RULES)  # so the tests below reach every rule
+
+
+@pytest.mark.parametrize("spec", CLAIMS, ids=ids)
+def test_a_supporting_case_still_supports(runs, spec):
+    claim = check_claim(runs["support"], spec)
+    assert claim.verdict == SUPPORTED, claim.reason
+
+
+@pytest.mark.parametrize("spec", CLAIMS, ids=ids)
+@pytest.mark.parametrize("case, says", [("chance", "learned nothing in 150 steps (3 of 3 seeds converged)"),
+                                        ("unconverged", "had not converged in 150 steps (2 of 3 seeds converged)")])
+def test_a_point_of_the_budget_neither_supports_nor_refutes(runs, spec, case, says):
+    claim = check_claim(runs[case], spec)
+    if spec.rule in TIMING_RULES:  # reads no accuracy: the budget cannot touch it
+        assert claim.verdict == check_claim(runs["support"], spec).verdict
+        return
+    assert claim.verdict == BUDGET, claim.reason
+    assert f"{BUDGET}: {spec.memory} " in claim.reason and says in claim.reason
+    assert "\n" not in claim.reason  # one line per verdict
+    assert BUDGET in claim.rule  # the printed rule says so
+
+
+@pytest.mark.parametrize("spec", CLAIMS, ids=ids)
+def test_a_learned_converged_point_below_the_threshold_refutes(runs, spec):
+    claim = check_claim(runs["refute"], spec)
+    assert claim.verdict == REFUTED, claim.reason
+
+
+@pytest.mark.parametrize("reach, verdict", [(0.0, SUPPORTED), (0.05, BUDGET), (None, BUDGET)])
+def test_a_baseline_with_no_path_to_the_evidence_is_blind_not_short_of_steps(tmp_path, reach, verdict):
+    """Memory forcing: attention at chance because nothing reaches it (reach 0 at init and trained)
+    is the variant's design, not the budget's; at chance with a path, or unmeasured, it may be."""
+    b = RunBuilder(tmp_path)
+    c = CHANCE["coordinate_binding"]
+    for w in (5, 40):
+        for seed in range(3):
+            for model, accuracy in (("tensor", 0.9 - 0.004 * seed), ("base", c + 0.002 * seed)):
+                cid = b.cell("coordinate_binding", model, seed, (w, 0.0), {(w, 0.0): accuracy})
+                patch(tmp_path, cid, convergence={"converged": True},
+                      reach=None if reach is None or model == "tensor" else
+                      {"init": {"ratio": reach}, "trained": {"ratio": reach}})
+    claim = check_claim(load_run(tmp_path), "coordinate_binding")
+    assert claim.verdict == verdict, claim.reason
+
+
+def _capacity_run(run_dir, accuracies, unconverged=()):
+    """tensor trained at each W: accuracies {W: accuracy} for each of three seeds."""
+    b = RunBuilder(run_dir)
+    for w, accuracy in accuracies.items():
+        for seed in range(3):
+            cid = b.cell("coordinate_binding", "tensor", seed, (w, 0.0), {(w, 0.0): accuracy - 0.004 * seed})
+            patch(run_dir, cid, convergence={"converged": (w, seed) not in unconverged}, state_bytes=4096,
+                  steps_run=90 if (w, seed) == (40, 0) else 150)
+    b.manifest()
+    return check_claim(load_run(run_dir), "capacity")
+
+
+def test_a_clean_point_below_refutes_whatever_the_other_points_are(tmp_path):
+    c = CHANCE["coordinate_binding"]
+    claim = _capacity_run(tmp_path / "a", {5: 0.95, 20: 0.50, 40: c}, unconverged={(5, 1)})
+    assert claim.verdict == REFUTED and claim.reason == "tensor: not supported (below 75% from n_writes=20)"
+    claim = _capacity_run(tmp_path / "b", {5: 0.95, 20: c, 40: 0.50})
+    assert claim.verdict == REFUTED
+    assert claim.reason == ("tensor: not supported (below 75% at n_writes=40, the first point below that learned "
+                            "and converged)")
+
+
+def test_the_budget_names_each_point_its_steps_and_its_seeds(tmp_path):
+    claim = _capacity_run(tmp_path, {5: 0.95, 20: 0.90, 40: CHANCE["coordinate_binding"]}, unconverged={(20, 0)})
+    assert claim.verdict == BUDGET
+    assert claim.reason == ("inconclusive (budget): tensor at n_writes=20 had not converged in 150 steps (2 of 3 "
+                            "seeds converged), at n_writes=40 learned nothing in 90-150 steps (3 of 3 seeds converged)")
+
+
+def test_budget_outranks_a_plain_inconclusive_not_a_refutation():
+    assert combine([INCONCLUSIVE, BUDGET]) == BUDGET
+    assert combine([SUPPORTED, BUDGET]) == BUDGET
+    assert combine([BUDGET, REFUTED]) == REFUTED
+    assert combine([SUPPORTED, INCONCLUSIVE]) == INCONCLUSIVE
+
+
+def _converged(run_dir, b, still_learning=()):
+    for cid in b.ids:
+        model = cid.split("-")[2]
+        patch(run_dir, cid, convergence={"converged": not (model in still_learning and cid.endswith("-0-6"))})
+
+
+# Occlusion: chance 25%, halfway 62.5%. (accuracies, models with seed 0 still learning, verdict, reason starts)
+POWER = {
+    "discriminates": ({"base": 0.25, "tensor": 0.90}, (), "discriminates", "base at chance (25.0%)"),
+    "discriminates, still learning": ({"base": 0.25, "tensor": 0.90}, ("tensor",), BUDGET,
+                                      "tensor at occlusion_len=6 had not converged in 150 steps (1 of 2 seeds "
+                                      "converged); base at chance (25.0%)"),
+    "reference still learning": ({"base": 0.25, "tensor": 0.90}, ("base",), BUDGET,
+                                 "base at occlusion_len=6 had not converged in 150 steps (1 of 2 seeds converged)"),
+    "nothing learned": ({"base": 0.25, "tensor": 0.27}, (), BUDGET,
+                        "tensor at occlusion_len=6 learned nothing in 150 steps (2 of 2 seeds converged)"),
+    "too weak, converged": ({"base": 0.25, "tensor": 0.50}, (), "does not discriminate", "too weak"),
+}
+
+
+@pytest.mark.parametrize("case", POWER)
+def test_power_verdicts_are_budget_honest(tmp_path, case):
+    accuracies, still_learning, verdict, reason = POWER[case]
+    b = build(tmp_path, accuracies, {"tensor": 0.25})
+    _converged(tmp_path, b, still_learning)
+    [row] = power_rows(load_run(tmp_path))
+    assert (row["verdict"], row["reason"][:len(reason)]) == (verdict, reason)
+
+
+def test_a_variant_the_budget_left_open_is_not_said_not_to_discriminate(tmp_path):
+    b = build(tmp_path, {"base": 0.25, "tensor": 0.27}, {"tensor": 0.25}, variant="block_hidden=True")
+    b2 = build(tmp_path, {"base": 0.90, "tensor": 0.92}, {"tensor": 0.9})
+    _converged(tmp_path, b)
+    _converged(tmp_path, b2)
+    rows = power_rows(load_run(tmp_path))
+    assert power_lines(rows) == {"occlusion": f"{BUDGET} in block_hidden=True; not in standard"}
+    assert power_of(tmp_path / "alone", {"base": 0.25, "tensor": 0.27})["verdict"] == BUDGET

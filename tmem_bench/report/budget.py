@@ -1,0 +1,85 @@
+"""Points the training budget left undecided. A point is one model at one level, over its seeds.
+Where it learned nothing (within the power rule's learned margin of chance) or a seed's training
+had not converged (the convergence rule), its accuracy is what this many steps reached, not what
+the model can do: a loss flat at chance may be a plateau more steps would leave, and a loss still
+falling may fall further. Such a point can neither support nor refute, so a verdict resting on
+one is "inconclusive (budget)", naming the point, the steps it ran and how many seeds converged.
+A model at chance whose information reach finds no path from the evidence to the answer (at
+initialisation and trained) is blind by construction, not short of steps: that point counts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .claims import PowerSpec, load_power, load_reach
+from .data import per_seed
+from .stats import BUDGET
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    where: str  # "at n_writes=40,noise=0.05", "on no_harm", with the training level where it differs
+    steps: tuple[int, ...]  # the distinct steps its cells ran, ascending
+    seeds: int
+    converged: int  # seeds every cell of which met the convergence rule
+    not_converged: int  # seeds with a cell that had not; the rest do not say
+    nothing_learned: bool  # at chance, with a path from the evidence to the answer (or none measured)
+
+    @property
+    def limited(self) -> bool:
+        return self.nothing_learned or self.not_converged > 0
+
+    def describe(self, named: bool = True) -> str:
+        what = "learned nothing" if self.nothing_learned else "had not converged"
+        steps = "-".join(f"{s:,}" for s in dict.fromkeys((self.steps[0], self.steps[-1])))
+        unknown = self.seeds - self.converged - self.not_converged
+        seeds = (f"convergence of {self.seeds} seeds not recorded" if unknown == self.seeds else
+                 f"{self.converged} of {self.seeds} seeds converged" + (f", {unknown} unknown" if unknown else ""))
+        return f"{self.label + ' ' if named else ''}{self.where} {what} in {steps} steps ({seeds})"
+
+
+def _flag(value) -> bool | None:
+    """A cell's `converged`: True or False, None where it does not say (None or NaN)."""
+    return bool(value) if isinstance(value, (bool, np.bool_)) else None
+
+
+def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bool = True,
+          where: str | None = None) -> Point:
+    """The point of rows_, one model's rows at one evaluation level, named `where` (by default its
+    level). judge_learning=False for a model whose being at chance is what a rule asks of it (the
+    power rule's blind reference)."""
+    spec = spec or load_power()
+    cells = rows_.drop_duplicates("cell_id")
+    level, task = str(rows_["level"].iloc[0]), str(rows_["task"].iloc[0])
+    where = where or (f"on {task}" if level == "-" else f"at {level}")
+    if not rows_["trained_at_level"].astype(bool).all():
+        where += f" (trained at {', '.join(sorted(set(rows_['train_level'])))})"
+    flags = cells.groupby("seed")["converged"].agg(lambda c: [_flag(v) for v in c])
+    accuracy, chance = float(per_seed(rows_).mean()), float(rows_["chance"].mean())
+    reach = [rows_[c].mean() for c in ("reach_init", "reach_trained")]
+    blind = not any(pd.isna(r) for r in reach) and max(reach) <= load_reach().no_path
+    return Point(
+        label=str(rows_["label"].iloc[0]), where=where,
+        steps=tuple(sorted({int(s) for s in cells["steps_run"]})), seeds=len(flags),
+        converged=sum(all(f is True for f in fs) for fs in flags),
+        not_converged=sum(any(f is False for f in fs) for fs in flags),
+        nothing_learned=judge_learning and not blind and spec.nothing_learned(accuracy, chance))
+
+
+def budget_note(points: list[Point]) -> str | None:
+    """'inconclusive (budget): ...' naming every limited point (a model's further points after its
+    first without its name again), or None when no point is limited."""
+    limited = list({(p.label, p.where): p for p in points if p.limited}.values())
+    if not limited:
+        return None
+    parts, previous = [], None
+    for p in limited:
+        if p.label == previous:
+            parts[-1] += ", " + p.describe(named=False)
+        else:
+            parts.append(p.describe())
+        previous = p.label
+    return f"{BUDGET}: " + "; ".join(parts)
