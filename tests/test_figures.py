@@ -1,6 +1,6 @@
 """Every figure of a report, drawn from a synthetic run that holds every registered model (nothing is
 trained): nothing cut at the figure's edge, nothing overlapping, legends that name models, a colour
-per model taken from the registry."""
+per label (colors.py), chance above every line, the trained level marked, one figure per view."""
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 from matplotlib.colors import to_hex
 
-from tmem_bench.registry import BACKBONES, BUILTIN_COLORS, BUILTIN_MODELS, EXTRA_COLORS, backbone_names, model_colors
+from tmem_bench.registry import BACKBONES, BUILTIN_MODELS, backbone_names
+from tmem_bench.report import capacity
+from tmem_bench.report.colors import BUILTIN_COLORS, label_colors, model_colors
 from tmem_bench.report.data import load_run
-from tmem_bench.report.figures import _REFERENCES, draw_figures
+from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, draw_figures
+from tmem_bench.report.profiles import profile_labels
 from tmem_bench.results import read_cell, write_json
 
 # A long variant, as the planner names one by its changed options, is what used to overflow.
@@ -70,23 +73,36 @@ def run(tmp_path_factory) -> Path:
 def figures(run):
     data = load_run(run)
     assert not data.problems
-    return data, dict(draw_figures(data))
+    drawn = dict(draw_figures(data))
+    drawn["capacity_coordinate_binding"] = capacity.accuracy_vs_writes(
+        data, "coordinate_binding", [g for g in capacity.capacity_groups(data) if g.task == "coordinate_binding"])
+    return data, drawn
 
 
 def test_every_registered_model_has_its_own_stable_colour(monkeypatch):
     assert set(BUILTIN_COLORS) == set(BUILTIN_MODELS)
     monkeypatch.setattr(BACKBONES, "_entry_points", {"my_memory": None, "another": None})
     colors = model_colors()
-    assert set(colors) == set(backbone_names()) and len(set(colors.values())) == len(colors)
-    assert colors["another"] == EXTRA_COLORS[0] and colors["my_memory"] == EXTRA_COLORS[1]  # in name order
+    assert set(colors) == set(backbone_names()) | set(profile_labels()) and len(set(colors.values())) == len(colors)
     assert {k: colors[k] for k in BUILTIN_COLORS} == BUILTIN_COLORS
+    # A plugin's colour is fixed by its own name, not by which other plugins are installed.
+    assert label_colors(["my_memory"]) == {"my_memory": colors["my_memory"]}
 
 
 def test_every_figure_is_drawn(figures):
     _, drawn = figures
-    assert {"accuracy_coordinate_binding_trained", "accuracy_coordinate_binding_from_n_writes5",
-            "accuracy_occlusion_from_occlusion_len2", "gates_coordinate_binding", "training_coordinate_binding",
-            "memory_reliance"} <= set(drawn)
+    assert {"accuracy_coordinate_binding_from_n_writes5", "accuracy_occlusion_from_occlusion_len2",
+            "gates_coordinate_binding", "training_coordinate_binding", "memory_reliance"} <= set(drawn)
+
+
+def test_the_capacity_figure_is_the_only_per_level_view_of_the_writes(figures):
+    """Trained at each W and evaluated there is the capacity figure; the per-level training view drew
+    the same points again (docs/capacity had both)."""
+    _, drawn = figures
+    assert capacity.AXIS == CAPACITY_AXIS
+    assert "accuracy_coordinate_binding_trained" not in drawn
+    trained_at = {p["x"][0] for p in drawn["capacity_coordinate_binding"][1]["panels"][0]["series"].values()}
+    assert trained_at == {5.0}
 
 
 def _inside(inner, outer, slack=1.0) -> bool:
@@ -128,14 +144,16 @@ def test_legends_name_models_and_titles_name_the_variant(figures):
         titles = [fig._suptitle.get_text()] + [ax.get_title() for ax in fig.axes]
         if stem.startswith(("accuracy_coordinate_binding", "training_coordinate_binding")):
             assert any("n_queries=8" in t for t in titles) and not any("n_queries=8" in t for t in labels)
-    panels = drawn["accuracy_coordinate_binding_trained"][1]["panels"]
+    panels = drawn["accuracy_coordinate_binding_from_n_writes5"][1]["panels"]
     assert [(p["variant"], p["title"]) for p in panels] == [
-        ("standard", "standard\nnoise=0.0"), (LONG, "block_queries=True, encoding=cells, n_queries=8\nnoise=0.0")]
+        ("standard", "standard\nnoise=0.0"), ("standard", "standard\nnoise=0.1"),
+        (LONG, "block_queries=True, encoding=cells, n_queries=8\nnoise=0.0"),
+        (LONG, "block_queries=True, encoding=cells, n_queries=8\nnoise=0.1")]
 
 
-def test_colours_come_from_the_registry(figures):
+def test_one_colour_per_label_in_every_figure(figures):
     data, drawn = figures
-    registered = model_colors()
+    expected = label_colors(sorted(set(data.table["label"])))
     seen: dict[str, set] = {}
     for stem, (fig, _) in drawn.items():
         if stem.startswith("gates_"):  # coloured by layer
@@ -146,10 +164,46 @@ def test_colours_come_from_the_registry(figures):
                 seen.setdefault(text.get_text(), set()).add(to_hex(color))
     assert set(seen) == set(data.table["label"])
     assert all(len(c) == 1 for c in seen.values()), seen  # one colour per model in every figure
-    for model, (color,) in seen.items():
-        assert color == registered.get(model, color)
+    assert {model: color for model, (color,) in seen.items()} == expected
+    assert all(expected[m] == BUILTIN_COLORS[m] for m in BUILTIN_COLORS)
     assert len({c for (c,) in seen.values()}) == len(seen)  # the ablation's own label too has its own
-    assert seen[ABLATION] == {EXTRA_COLORS[len(registered) - len(BUILTIN_COLORS)]}
+
+
+def test_chance_is_drawn_over_every_model_line(figures):
+    """base sits at chance on the memory-forcing variants; its line hid the chance line drawn under it."""
+    _, drawn = figures
+    for stem in ("accuracy_coordinate_binding_from_n_writes5", "capacity_coordinate_binding"):
+        fig, _ = drawn[stem]
+        for ax in fig.axes:
+            lines = {line.get_label(): line for line in ax.get_lines()}
+            models = [line for label, line in lines.items() if label not in _REFERENCES and not label.startswith("_")]
+            assert models and all(lines["chance"].get_zorder() > line.get_zorder() for line in models), stem
+            assert lines["chance"].get_color() == CHANCE["color"] and lines["chance"].get_linestyle() == "--"
+
+
+def test_the_trained_level_is_marked(figures):
+    _, drawn = figures
+    fig, d = drawn["accuracy_coordinate_binding_from_n_writes5"]
+    for ax in fig.axes:
+        ticks = {t.get_text() for t in ax.get_xticklabels()}
+        assert ticks == {"5\ntrained", "10", "20"}
+        assert "trained at" in [line.get_label() for line in ax.get_lines()]
+
+
+def test_training_curves_are_a_grid_and_every_seed_in_its_models_colour(figures):
+    """Two panels a row (loss, train accuracy), a row per training level: the 8 panels of the capacity run
+    were one row of a 2296 px wide image; seeds after the first were drawn at half opacity, so delta's
+    navy read as lstm's grey."""
+    data, drawn = figures
+    fig, d = drawn["training_coordinate_binding"]
+    cells = {(ax.get_subplotspec().rowspan.start, ax.get_subplotspec().colspan.start) for ax in fig.axes}
+    assert {c for _, c in cells} == {0, 1} and len(cells) == len(fig.axes) == 8
+    assert fig.get_size_inches()[0] < 10
+    colors = label_colors(sorted(set(data.table["label"])))
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            assert line.get_alpha() in (None, 1.0)
+            assert to_hex(line.get_color()) == colors[line.get_label()]
 
 
 def test_no_empty_panel_and_a_zero_drop_is_visible(figures):
@@ -166,6 +220,14 @@ def test_no_empty_panel_and_a_zero_drop_is_visible(figures):
     assert len(segments) == 3 and all(s[0][1] == s[1][1] == 0 and s[1][0] > s[0][0] for s in segments)
     no_harm = next(ax for ax, p in zip(fig.axes, d["panels"]) if p["title"] == "no_harm")
     assert [t.get_text() for t in no_harm.get_xticklabels()] == []  # no stray "-" tick
+    assert no_harm.get_xlabel() == "no levels: one evaluation set"
+    # Every panel on one scale, so that the occlusion panel's zero drops are not bars on a +/-0.04 axis.
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1 and fig.axes[0].get_ylim()[1] >= 0.1
+    assert "no drop at any level" in [t.get_text() for t in occlusion.texts]
+    # Ticks name only the axis that varies, by value; the one every level shares is in the title.
+    binding = next(ax for ax, p in zip(fig.axes, d["panels"]) if p["title"].startswith("coordinate_binding"))
+    assert [t.get_text() for t in binding.get_xticklabels()] == ["5", "20"]
+    assert binding.get_xlabel() == "n_writes" and "noise=0.0" in binding.get_title()
 
 
 def test_a_missing_level_is_a_gap_not_a_line_across(figures):

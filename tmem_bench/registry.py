@@ -10,7 +10,6 @@ refuses `module:attribute`: importing a module runs its code.
 """
 from __future__ import annotations
 
-import colorsys
 import contextlib
 import contextvars
 import importlib
@@ -41,18 +40,6 @@ BUILTIN_MODELS = {
     "tensor": "tmem_bench.tensor_memory:tensor",
     "tensor_local": "tmem_bench.tensor_memory:tensor_local",
 }
-
-# Each built-in model keeps its colour in every figure of every report: the first ten are matplotlib's
-# tab10 in the order the suite's reports have always used, the rest the colours farthest from them.
-BUILTIN_COLORS = {
-    "base": "#1f77b4", "base_wide": "#ff7f0e", "slots": "#2ca02c", "local": "#d62728", "linear": "#9467bd",
-    "xl": "#8c564b", "registers": "#e377c2", "lstm": "#7f7f7f", "tensor": "#bcbd22", "tensor_local": "#17becf",
-    "delta": "#393b79", "ssm": "#e7298a",
-}
-# Plugins (in name order), then labels that name no registered model, take these in turn: each is the
-# one of matplotlib's qualitative palettes farthest from every colour before it (none too pale for a line).
-EXTRA_COLORS = ("#6baed6", "#1b9e77", "#74c476", "#c49c94", "#d6616b", "#a6761d", "#66a61e", "#ff9896",
-                "#6a3d9a", "#8ca252", "#9e9ac8", "#637939", "#e6ab02", "#d95f02", "#a55194", "#fd8d3c")
 
 
 def load_attribute(spec: str, kind: str) -> Callable:
@@ -152,20 +139,6 @@ def get_task(name: str, **options):
 
 def get_backbone(name: str, d_model: int, n_layers: int, n_heads: int, **options):
     return BACKBONES.get(name)(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options)
-
-
-def model_colors() -> dict[str, str]:
-    """A colour per registered model: fixed for the built-ins, in name order for plugins."""
-    plugins = [name for name in BACKBONES.names() if name not in BUILTIN_COLORS]
-    return {**BUILTIN_COLORS, **{name: extra_color(i) for i, name in enumerate(plugins)}}
-
-
-def extra_color(i: int) -> str:
-    """The i-th colour after the built-ins'; past the list, hues a golden angle apart."""
-    if i < len(EXTRA_COLORS):
-        return EXTRA_COLORS[i]
-    r, g, b = colorsys.hls_to_rgb((0.618034 * i) % 1.0, 0.45, 0.65)
-    return f"#{round(255 * r):02x}{round(255 * g):02x}{round(255 * b):02x}"
 
 
 def task_names() -> list[str]:

@@ -2,6 +2,10 @@
 JavaScript draws the tables, filters and figures, so the page needs no network and opens from disk."""
 from __future__ import annotations
 
+import json
+
+from ..report.colors import label_colors, place
+
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; padding: 0 1em; color: #222;
        overflow-wrap: anywhere; }
@@ -29,7 +33,6 @@ svg text { font-size: 13px; fill: #333; }
 
 SCRIPT = r"""
 const DATA = JSON.parse(document.getElementById('board-data').textContent);
-const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf'];
 const SVGNS = 'http://www.w3.org/2000/svg';
 const pct = x => (100 * x).toFixed(1);
 
@@ -113,25 +116,42 @@ function table(group) {
   return box;
 }
 
-// One colour per entry on the whole page, so that an entry looks the same in every figure.
-const SLUGS = Array.from(new Set(DATA.flatMap(g => g.rows.map(r => r.slug)))).sort();
-const colorOf = slug => COLORS[SLUGS.indexOf(slug) % COLORS.length];
+// Each tick names only the axes that vary; where that is one axis, its name is said once under the
+// axis and each tick gives a value.
+function ticks(group) {
+  const labels = group.levels.map(l => group.labels[l]);
+  const parts = labels.map(t => t.split('='));
+  const one = parts.every(p => p.length === 2 && p[0] === parts[0][0]);
+  return one ? {axis: parts[0][0], names: parts.map(p => p[1])} : {axis: '', names: labels};
+}
 
 function figure(group) {
   // Drawn in its viewBox's units and scaled by CSS to the width it is given; the legend is HTML below it,
-  // so that it wraps on a narrow screen instead of shrinking with the plot.
-  const W = 560, H = 250, L = 44, R = 40, T = 22, B = 40;
-  const n = group.levels.length;
-  const x = i => L + (n === 1 ? (W - L - R) / 2 : i * (W - L - R) / (n - 1));
+  // so that it wraps on a narrow screen instead of shrinking with the plot. Each row's colour is its
+  // model label's, as every report draws it (set by page.py).
+  // One level: a point per entry, side by side, instead of every entry's point on one spot.
+  const single = group.levels.length === 1;
+  const only = single ? group.labels[group.levels[0]] : '';
+  const t = single ? {axis: only === '-' ? '' : only, names: group.rows.map(r => r.label || r.model)} : ticks(group);
+  const n = t.names.length, W = 560, L = 44, R = 16, T = 22;
+  // Each tick has a band of its own with its point in the middle, so that no label reaches past the plot;
+  // labels wider than their band are turned.
+  const band = (W - L - R) / n, longest = Math.max(...t.names.map(name => name.length));
+  const turned = longest * 7.5 > band;
+  const B = (turned ? 30 + 3.8 * longest : 36) + (t.axis ? 18 : 0), H = 210 + B;
+  const x = i => L + (i + 0.5) * band;
   const y = v => T + (1 - v) * (H - T - B);
   const s = svg('svg', {viewBox: '0 0 ' + W + ' ' + H, class: 'figure', role: 'img',
-                        'aria-label': 'accuracy against level, ' + group.task});
+                        'aria-label': (single ? 'accuracy per entry, ' : 'accuracy against level, ') + group.task});
   for (const v of [0, 0.25, 0.5, 0.75, 1]) {
     s.appendChild(svg('line', {x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: '#eee'}));
     s.appendChild(svg('text', {x: L - 6, y: y(v) + 4, 'text-anchor': 'end'}, pct(v).replace('.0', '')));
   }
-  group.levels.forEach((level, i) => s.appendChild(svg('text', {x: x(i), y: H - B + 18, 'text-anchor': 'middle'},
-                                                       group.labels[level])));
+  t.names.forEach((name, i) => s.appendChild(svg('text', turned
+    ? {x: x(i), y: H - B + 14, 'text-anchor': 'end', transform: 'rotate(-35 ' + x(i) + ' ' + (H - B + 14) + ')'}
+    : {x: x(i), y: H - B + 18, 'text-anchor': 'middle'}, name)));
+  const title = {x: L + (W - L - R) / 2, y: turned ? H - 6 : H - B + 40, 'text-anchor': 'middle'};
+  if (t.axis) s.appendChild(svg('text', title, t.axis));
   s.appendChild(svg('text', {x: L - 6, y: T - 10, 'text-anchor': 'end'}, '%'));
   // The pen is lifted where a level has no value: a missing level is a gap, not a line across it.
   const line = (values, attrs, parent = s) => {
@@ -143,22 +163,39 @@ function figure(group) {
     });
     parent.appendChild(svg('path', Object.assign({d: d.trim(), fill: 'none'}, attrs)));
   };
-  line(group.levels.map(l => group.chance[l]), {stroke: '#999', 'stroke-dasharray': '4 3'});
-  line(group.levels.map(l => group.ceiling[l]), {stroke: '#999', 'stroke-dasharray': '1 3'});
   const legend = el('ul', {class: 'legend'});
-  group.rows.forEach(row => {
-    const color = colorOf(row.slug);
+  let ringed = false;
+  group.rows.forEach((row, k) => {
     const g = s.appendChild(svg('g', {'data-slug': row.slug}));
-    line(group.levels.map(l => row.cells[l] ? row.cells[l].mean : null), {stroke: color, 'stroke-width': 2}, g);
-    group.levels.forEach((l, i) => {
-      const c = row.cells[l];
+    const at = single ? group.rows.map((r, j) => j === k ? row.cells[group.levels[0]] : null)
+                      : group.levels.map(l => row.cells[l]);
+    if (!single) line(at.map(c => c ? c.mean : null), {stroke: row.color, 'stroke-width': 2}, g);
+    // The level an entry was trained at, where it was trained at one and evaluated at others.
+    const one = !single && row.trained_at && row.trained_at.length === 1;
+    const trained = one ? group.levels.indexOf(row.trained_at[0]) : -1;
+    at.forEach((c, i) => {
       if (!c) return;
-      g.appendChild(svg('line', {x1: x(i), x2: x(i), y1: y(c.low), y2: y(c.high), stroke: color}));
-      g.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: 2.5, fill: color}));
+      g.appendChild(svg('line', {x1: x(i), x2: x(i), y1: y(c.low), y2: y(c.high), stroke: row.color}));
+      g.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: single ? 3.5 : 2.5, fill: row.color}));
+      if (i === trained) {
+        g.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: 6, fill: 'none', stroke: row.color,
+                                     'stroke-width': 1.5}));
+        ringed = true;
+      }
     });
-    legend.appendChild(el('li')).append(el('span', {class: 'swatch', style: 'background: ' + color}), row.name);
+    legend.appendChild(el('li')).append(el('span', {class: 'swatch', style: 'background: ' + row.color}), row.name);
   });
-  legend.appendChild(el('li', {class: 'note'}, '- - - chance   ··· ceiling'));
+  // Chance and ceiling over the entries' lines, dashed: an entry at chance shows between the dashes and
+  // cannot hide them.
+  const across = key => single ? [group[key][group.levels[0]]] : group.levels.map(l => group[key][l]);
+  for (const [key, dash] of [['chance', '5 3'], ['ceiling', '1.5 3']]) {
+    const values = across(key), attrs = {stroke: '#222', 'stroke-width': 1.3, 'stroke-dasharray': dash};
+    if (!single) line(values, attrs);
+    else s.appendChild(svg('path', Object.assign({d: 'M' + L + ',' + y(values[0]) + ' L' + (W - R) + ',' + y(values[0]),
+                                                 fill: 'none'}, attrs)));
+  }
+  legend.appendChild(el('li', {class: 'note'},
+                       '- - - chance   ··· ceiling' + (ringed ? '   ○ the level it was trained at' : '')));
   const box = el('figure');
   box.append(s, legend);
   return box;
@@ -237,6 +274,23 @@ with fewer than three seeds are unranked. Click a column's header, or reach it w
 """
 
 
+def with_colors(groups: list[dict]) -> list[dict]:
+    """Each row's colour: its model label's, as every report draws it (report/colors.py), so that a
+    registered model looks the same in a report and on the board. A label twice in one table (a preview
+    beside the published entry) is told apart by its entry."""
+    for group in groups:
+        keys: list[str] = []
+        for row in group["rows"]:
+            label = row.get("label") or row["model"]
+            keys.append(label if label not in keys else f"{label} ({row['slug']})")
+        colors = label_colors(dict.fromkeys(row.get("label") or row["model"] for row in group["rows"]))
+        colors = place([key for key in keys if key not in colors], colors)
+        for row, key in zip(group["rows"], keys):
+            row["color"] = colors[key]
+    return groups
+
+
 def render_page(data_json: str) -> str:
+    data_json = json.dumps(with_colors(json.loads(data_json)), sort_keys=True)
     # "<" escaped inside the JSON so that no entry text can close the script tag.
     return TEMPLATE.format(style=STYLE, data=data_json.replace("<", "\\u003c"), script=SCRIPT)

@@ -207,7 +207,7 @@ def _hollow_legend(ax) -> None:
 
 def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
     """Accuracy against W, a panel per group, each model trained and evaluated at each W."""
-    from .figures import Style, _finish, _new_figure, _set_x
+    from .figures import Style, _finish, _new_figure, _set_x, reference_lines
 
     style = Style(data.table)
     fig, axes = _new_figure(len(groups))
@@ -222,20 +222,19 @@ def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
             mp = p[p["label"] == model]
             color = style.of(model)
             xs = mp[AXIS].astype(float).tolist()
-            ax.plot(xs, mp["accuracy"], color=color, marker="o", ms=4, label=model)
+            ax.plot(xs, mp["accuracy"], color=color, marker=style.marker(model), ms=4.5, label=model)
             if (mp["high"] > mp["low"]).any():
                 ax.fill_between(xs, mp["low"], mp["high"], color=color, alpha=0.18, lw=0)
             bad = mp[mp["not_converged"] > 0]
             if not bad.empty:
-                ax.plot(bad[AXIS].astype(float), bad["accuracy"], ls="none", marker="o", ms=5, mfc="white",
-                        mec=color, zorder=3)
+                ax.plot(bad[AXIS].astype(float), bad["accuracy"], ls="none", marker=style.marker(model), ms=5,
+                        mfc="white", mec=color, zorder=3)
             panel["series"][model] = {"x": xs, "mean": mp["accuracy"].tolist(), "low": mp["low"].tolist(),
                                       "high": mp["high"].tolist(),
                                       "not_converged": [int(w) for w in bad[AXIS]]}
         ref = p.groupby(AXIS)[["chance", "ceiling"]].mean()
         xs = ref.index.astype(float).tolist()
-        ax.plot(xs, ref["chance"], color="0.45", ls="--", lw=1, label="chance")
-        ax.plot(xs, ref["ceiling"], color="black", ls=":", lw=1.2, label="ceiling")
+        reference_lines(ax, xs, ref["chance"], ref["ceiling"])
         if (p["not_converged"] > 0).any():
             _hollow_legend(ax)
         _set_x(ax, xs, AXIS)
@@ -252,7 +251,7 @@ def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
 def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     """Accuracy against state bytes (log axis), a panel per group and W, a point per model label.
     None when no model of the task records its state bytes."""
-    from .figures import Style, _finish, _new_figure
+    from .figures import Style, _finish, _new_figure, reference_lines
 
     style = Style(data.table)
     panels = []
@@ -273,12 +272,11 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
             hollow = r["not_converged"] > 0
             ax.errorbar([r["state_bytes"]], [r["accuracy"]],
                         yerr=[[r["accuracy"] - r["low"]], [r["high"] - r["accuracy"]]],
-                        ls="none", marker="o", ms=6, color=color, mfc="white" if hollow else color,
+                        ls="none", marker=style.marker(r["label"]), ms=6, color=color, mfc="white" if hollow else color,
                         capsize=2, label=r["label"])
             panel["points"][r["label"]] = {"state_bytes": r["state_bytes"], "accuracy": r["accuracy"],
                                            "low": r["low"], "high": r["high"], "not_converged": bool(hollow)}
-        ax.axhline(float(pw["chance"].mean()), color="0.45", ls="--", lw=1, label="chance")
-        ax.axhline(float(pw["ceiling"].mean()), color="black", ls=":", lw=1.2, label="ceiling")
+        reference_lines(ax, None, pw["chance"], pw["ceiling"], horizontal=True)
         if (pw["not_converged"] > 0).any():
             _hollow_legend(ax)
         ax.set_xscale("log")

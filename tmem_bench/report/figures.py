@@ -3,7 +3,6 @@ backend is changed); each returns the data it drew."""
 from __future__ import annotations
 
 import io
-import itertools
 import math
 import textwrap
 from pathlib import Path
@@ -11,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..registry import BUILTIN_COLORS, extra_color, model_colors
 from ..results import write_atomic
+from .colors import label_colors, label_markers
 from .data import (
     TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, slug, task_order, variant_order,
 )
@@ -20,23 +19,40 @@ from .tables import level_sort_key, reliance_frame, summary_frame
 from .views import curve_data, generalisation_view, panels, sweep_axis, train_level_rank, training_view
 
 _LINESTYLES = ("-", "--", "-.", ":")
+# The capacity section (capacity.py) draws accuracy against this axis with every model trained at each
+# value, with its convergence marks: the per-level training view would be the same points again.
+CAPACITY_AXIS = "n_writes"
+
+
+# Drawn over every model's line, dashed: a model at chance (base, by construction, on the memory-forcing
+# variants) shows between the dashes and cannot hide it.
+CHANCE = {"color": "black", "ls": (0, (4, 2.5)), "lw": 1.1, "zorder": 5}
+CEILING = {"color": "black", "ls": ":", "lw": 1.3, "zorder": 5}
+
+
+def reference_lines(ax, xs, chance, ceiling, horizontal: bool = False) -> None:
+    """Chance and ceiling, drawn over the models' lines."""
+    for values, style, label in ((chance, CHANCE, "chance"), (ceiling, CEILING, "ceiling")):
+        if horizontal:
+            ax.axhline(float(np.mean(values)), **style, label=label)
+        else:
+            ax.plot(xs, values, **style, label=label)
 
 
 class Style:
-    """A colour per model: the registry's for a registered model, so that it looks the same in every
-    report; labels that name no registered model (an ablation's own label) take unused colours."""
+    """A colour and a marker per label of a run (colors.py): a registered model's colour is the same
+    in every report and on the board, no two labels share a colour or a near-identical one, and two of
+    similar colour differ in marker."""
 
     def __init__(self, table: pd.DataFrame):
-        registered = model_colors()
-        models = model_order(table) if not table.empty else []
-        self.colors = {m: registered[m] for m in models if m in registered}
-        extra = (extra_color(i) for i in itertools.count(len(registered) - len(BUILTIN_COLORS)))
-        for m in models:
-            if m not in self.colors:
-                self.colors[m] = next(c for c in extra if c not in registered.values())
+        self.colors = label_colors(model_order(table) if not table.empty else [])
+        self.markers = label_markers(self.colors)
 
     def of(self, label: str) -> str:
         return self.colors.get(label.split(" @ ")[0], "black")
+
+    def marker(self, label: str) -> str:
+        return self.markers.get(label.split(" @ ")[0], "o")
 
 
 def _spaced(variant: str) -> str:
@@ -51,7 +67,7 @@ def _one_variant(variants) -> str:
 
 
 _PAD = 0.12  # inches around each block of the layout
-_REFERENCES = ("chance", "ceiling", "trained at", "initial value")
+_REFERENCES = ("chance", "ceiling", "trained at", "initial value", "not converged (hollow)")
 
 
 def _new_figure(n_panels: int, ncols: int | None = None, panel_size=(3.4, 2.4)):
@@ -128,13 +144,17 @@ def _finish(fig, axes, drawn: dict, title: str | None = None):
     return fig, drawn
 
 
-def _set_x(ax, xs: list[float], x_axis: str):
+def _set_x(ax, xs: list[float], x_axis: str, trained_x=None):
+    """Ticks at the levels; the level the models were trained at is named on its tick and shaded."""
     xs = sorted(set(xs))
     if xs and xs[0] > 0 and xs[-1] / xs[0] >= 8:
         ax.set_xscale("log")
-    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    trained = None if trained_x is None else float(trained_x)
+    ax.set_xticks(xs, [f"{x:g}" + ("\ntrained" if x == trained else "") for x in xs])
     ax.minorticks_off()
     ax.set_xlabel(x_axis)
+    if trained is not None:
+        ax.axvline(trained, color="0.85", lw=8, zorder=0, label="trained at")
 
 
 def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: Style, trained_x=None):
@@ -152,15 +172,13 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
             # NaN where a level of the panel was not evaluated: the line breaks there instead of crossing it.
             mean = dict(zip(s["x"], s["mean"]))
             xs = [x for x in levels if s["x"][0] <= x <= s["x"][-1]]
-            ax.plot(xs, [mean.get(x, math.nan) for x in xs], marker="o", ms=4, color=color, ls=ls, label=label)
+            ax.plot(xs, [mean.get(x, math.nan) for x in xs], marker=style.marker(label), ms=4.5, color=color, ls=ls,
+                    label=label)
             if any(h > lo for lo, h in zip(s["low"], s["high"])):
                 ax.fill_between(s["x"], s["low"], s["high"], color=color, alpha=0.18, lw=0)
         if curves["chance"]:
-            ax.plot(curves["chance"]["x"], curves["chance"]["y"], color="0.45", ls="--", lw=1, label="chance")
-            ax.plot(curves["ceiling"]["x"], curves["ceiling"]["y"], color="black", ls=":", lw=1.2, label="ceiling")
-            _set_x(ax, curves["chance"]["x"], x_axis)
-        if trained_x is not None:
-            ax.axvline(float(trained_x), color="0.75", lw=3, alpha=0.5, zorder=0, label="trained at")
+            reference_lines(ax, curves["chance"]["x"], curves["chance"]["y"], curves["ceiling"]["y"])
+            _set_x(ax, curves["chance"]["x"], x_axis, trained_x)
         ax.set_ylim(-0.02, 1.04)
         ax.set_ylabel("accuracy")
         ax.set_title(panel["title"], fontsize=10)
@@ -215,49 +233,72 @@ _LAYER_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02
 
 
 def training_figure(data: RunData, task: str, style: Style):
-    """Loss and train accuracy against step: a pair of panels per (variant, training level)."""
+    """Loss and train accuracy against step: a row per (variant, training level), loss on the left.
+    Every seed is drawn in its model's colour (a fainter copy would read as another model)."""
     hist = data.history[data.history["task"] == task]
     rank = train_level_rank(data, task)
     groups = sorted(hist.groupby(["variant", "train_level"]),
                     key=lambda kv: (variant_order(hist).index(kv[0][0]), rank[kv[0][1]]))
-    ncols = 2 * min(len(groups), 3)
-    fig, axes = _new_figure(2 * len(groups), ncols=ncols, panel_size=(2.6, 1.9))
+    fig, axes = _new_figure(2 * len(groups), ncols=2, panel_size=(3.6, 2.3))
     suffix = _one_variant(hist["variant"])
     drawn = {"title": f"{task}{suffix}: training curves", "panels": []}
     for k, ((variant, train_level), g) in enumerate(groups):
         for m, metric in enumerate(("loss", "train_acc")):
             ax = axes[2 * k + m]
             prefix = "" if suffix or variant == "standard" else f"{_spaced(variant)}\n"
-            panel = {"title": f"{prefix}trained at {train_level}", "variant": variant, "metric": metric, "lines": {}}
+            panel = {"title": f"{prefix}trained at {_spaced(train_level)}", "variant": variant, "metric": metric,
+                     "lines": {}}
             for model in model_order(g):
-                for j, (seed, sg) in enumerate(sorted(g[g["label"] == model].groupby("seed"))):
+                marker = style.marker(model)
+                for seed, sg in sorted(g[g["label"] == model].groupby("seed")):
                     sg = sg.sort_values("step")
-                    ax.plot(sg["step"], sg[metric], color=style.of(model), lw=1.2, alpha=1.0 if j == 0 else 0.5,
-                            marker="." if len(sg) < 3 else None, label=model)
+                    # A circle is every label's default; any other marker tells a similar colour apart.
+                    ax.plot(sg["step"], sg[metric], color=style.of(model), lw=1.0, label=model,
+                            marker=marker if len(sg) < 3 or marker != "o" else None, ms=4,
+                            markevery=max(1, len(sg) // 5))
                     panel["lines"][f"{model} seed {seed}"] = {"step": sg["step"].tolist(), metric: sg[metric].tolist()}
             if metric == "train_acc":
                 ax.set_ylim(-0.02, 1.04)
             ax.set_xlabel("step")
             ax.set_ylabel("train accuracy" if metric == "train_acc" else "loss")
-            ax.set_title(panel["title"], fontsize=8)
+            ax.set_title(panel["title"], fontsize=10)
             ax.grid(alpha=0.3)
             drawn["panels"].append(panel)
     return _finish(fig, axes, drawn)
 
 
+def _level_ticks(levels: list[str]) -> tuple[list[str], str, str]:
+    """(tick labels, x label, what every level shares) for level keys 'a=1,b=2': the ticks name only
+    the axes that vary, by value where one does."""
+    if levels == ["-"]:
+        return [], "no levels: one evaluation set", ""
+    pairs = [dict(item.split("=", 1) for item in level.split(",")) for level in levels]
+    axes = list(pairs[0])
+    varying = [a for a in axes if len({p.get(a) for p in pairs}) > 1] or axes
+    fixed = ", ".join(f"{a}={pairs[0][a]}" for a in axes if a not in varying)
+    if len(varying) == 1:
+        return [p.get(varying[0], "-") for p in pairs], varying[0], fixed
+    return [",".join(f"{a}={p.get(a)}" for a in varying) for p in pairs], "level", fixed
+
+
 def reliance_figure(reliance: pd.DataFrame, style: Style):
-    """Accuracy drop when the memory path is switched off, per task and variant (panel), level and gated model."""
+    """Accuracy drop when the memory path is switched off, per task and variant (panel), level and gated
+    model, every panel on one scale: a drop of zero reads as zero beside one that is not."""
     groups = [(t, v) for t in ordered(reliance["task"], TASK_ORDER)
               for v in variant_order(reliance[reliance["task"] == t])]
     fig, axes = _new_figure(len(groups), panel_size=(3.6, 2.2))
     drawn = {"title": "memory reliance: accuracy - accuracy with memory off", "panels": []}
+    low = min(0.0, float(reliance["drop low"].min()))
+    high = max(0.1, float(reliance["drop high"].max()))
+    pad = 0.06 * (high - low)
     for ax, (task, variant) in zip(axes, groups):
         r = reliance[(reliance["task"] == task) & (reliance["variant"] == variant)]
         levels = sorted(dict.fromkeys(r["level"]), key=level_sort_key)
+        ticks, x_label, fixed = _level_ticks(levels)
         # The summary selection leaves one training level per model and evaluation level.
         models = model_order(r)
         width = 0.8 / len(models)
-        title = task if variant == "standard" else f"{task}\n{_spaced(variant)}"
+        title = "\n".join([task] + ([_spaced(variant)] if variant != "standard" else []) + ([fixed] if fixed else []))
         panel = {"title": title, "variant": variant, "levels": levels, "bars": {}}
         for i, model in enumerate(models):
             s = r[r["label"] == model].set_index("level").reindex(levels)
@@ -269,10 +310,12 @@ def reliance_figure(reliance: pd.DataFrame, style: Style):
             ax.hlines(s["drop"], xs - width / 2, xs + width / 2, color=color, lw=2.5, zorder=3)
             panel["bars"][model] = s["drop"].tolist()
         ax.axhline(0, color="black", lw=0.8)
-        if levels == ["-"]:  # a task without levels: nothing to name on the x axis
-            ax.set_xticks([])
-        else:
-            ax.set_xticks(np.arange(len(levels)), levels, rotation=30, ha="right", fontsize=7)
+        if (r["drop"] == 0).all():
+            ax.text(0.5, 0.5, "no drop" if levels == ["-"] else "no drop at any level", transform=ax.transAxes,
+                    ha="center", fontsize=9, color="0.3")
+        ax.set_xticks(np.arange(len(ticks)), ticks, fontsize=8)
+        ax.set_xlabel(x_label)
+        ax.set_ylim(low - pad, high + pad)
         ax.set_ylabel("accuracy drop")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
@@ -315,7 +358,7 @@ def _accuracy_figures(data: RunData, task: str, style: Style):
         rows_ = training_view(data, task, p)
         trained.append({**titled(v, p), "curves": curve_data(rows_[rows_["variant"] == v], x_axis)})
     trained = [p for p in trained if p["curves"]["series"]]  # a panel without a point is not drawn
-    if _has_a_line(trained):
+    if _has_a_line(trained) and x_axis != CAPACITY_AXIS:
         yield f"accuracy_{slug(task)}_trained", accuracy_figure(
             trained, x_axis, f"{task}{suffix}: accuracy vs {x_axis}, each model trained at each level", style)
     for trained_x in sorted(t[f"train_{x_axis}"].unique()):
