@@ -171,19 +171,21 @@ def test_compare_and_combine_rules():
 
 
 def test_accuracy_figure_plots_the_seed_means_and_intervals(report, tmp_path):
-    drawn = report.figures["accuracy_coordinate_binding_trained"]
+    # Each model trained at each W: the capacity figure draws these points (a per-level training view drew
+    # them again).
+    assert "accuracy_coordinate_binding_trained" not in report.figures
+    drawn = report.figures["capacity_coordinate_binding"]
     # A panel per variant and noise; the legend names models, the title the variant.
-    assert [p["title"] for p in drawn["panels"]] == [f"{v}\nnoise={n}" for v in ("standard", "block_queries=True")
-                                                      for n in ("0.0", "0.05")]
+    assert [p["title"] for p in drawn["panels"]] == [f"coordinate_binding{v} noise={n}"
+                                                      for v in ("", " [block_queries=True]") for n in ("0", "0.05")]
     panel = drawn["panels"][0]
     for model in ("base", "slots", "tensor"):
         series = panel["series"][model]
         assert series["x"] == [5.0, 20.0, 50.0]
         for x, mean, low, high in zip(series["x"], series["mean"], series["low"], series["high"]):
             assert (mean, low, high) == bootstrap_ci(CB_SUPPORT[(int(x), model)])
-        assert series["n_seeds"] == [3, 3, 3]
     assert drawn["panels"][2]["series"]["base"]["mean"] == pytest.approx([1 / 32] * 2)
-    assert panel["chance"]["y"] == pytest.approx([1 / 32] * 3) and panel["ceiling"]["y"] == [1.0] * 3
+    assert panel["chance"] == pytest.approx([1 / 32] * 3) and panel["ceiling"] == [1.0] * 3
 
     # The same numbers are what the figure draws.
     data = load_run(report.path.parent)

@@ -139,7 +139,7 @@ def test_the_report_has_the_section_and_the_per_task_lines(tmp_path):
     assert power_summary(report.power) == {"coordinate_binding": ["block_queries=True"], "no_harm": []}
     text = report.path.read_text()
     section = text.split("## Diagnostic power")[1].split("\n## ")[0]
-    assert text.index("## The paper's claims") < text.index("## Diagnostic power") < text.index("## Summary")
+    assert text.index("## Diagnostic power") < text.index("## The paper's claims") < text.index("## Summary")
     assert "within 2 points of chance" in section and "more than 5 points above chance" in section
     assert "- coordinate_binding: discriminates in block_queries=True; not in standard" in section
     assert "- no_harm: control (not a discriminator)" in section

@@ -1,12 +1,15 @@
 """report.md, assembled section by section from what the other modules computed."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
-from .capacity import capacity_section
-from .claims import Claim, ClaimSpec, PowerSpec
+from .capacity import capacity_groups, capacity_section
+from .claims import Claim, ClaimSpec, PowerSpec, load_claims
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
 from .power import model_rows, power_lines, power_rule
+from .profiles import builtin_profiles, section_models
 from .selection import selection_lines
 from .stats import N_BOOT
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
@@ -71,11 +74,58 @@ def _how_to_read(data: RunData) -> list[str]:
     return out
 
 
-def _claims(claims: list[Claim]) -> list[str]:
-    out = ["", "## The paper's claims", "",
-           "Each toy claim of PAPER.md, this run's numbers beside the paper's, and a verdict computed by the rule "
-           "given with it. A missing task or model makes a claim inconclusive. Where the memory-forcing variant "
-           "was run, its verdict is given beside the paper's setting.", ""]
+def _missing(spec: ClaimSpec, data: RunData) -> list[str]:
+    """What a claim needs that the run lacks: its task, its memory model, a baseline to compare with,
+    its timing reference, or (capacity) models trained at more than one number of writes."""
+    models, tasks = set(data.table["model"]), set(data.table["task"])
+    out = [f"the {spec.task} task"] if spec.task and spec.task not in tasks else []
+    if spec.rule != "no_harm" and spec.memory not in models:
+        out.append(f"a {spec.memory} model")
+    if spec.rule in ("memory_vs_baselines", "smaller_drop") and not models & set(spec.baselines):
+        out.append(f"one of {', '.join(spec.baselines)}")
+    if spec.reference and spec.reference not in models:
+        out.append(spec.reference)
+    if spec.rule == "capacity" and not out and not any(g.task == spec.task for g in capacity_groups(data)):
+        out.append("models trained at more than one number of writes")
+    return out
+
+
+def _profiles_for(spec: ClaimSpec) -> list[str]:
+    """The built-in profiles that run what a claim needs (its task with its memory and, where it
+    compares, a baseline or its reference; for capacity, every model trained at every level)."""
+    out = []
+    for name, profile in builtin_profiles().items():
+        tasks = profile.get("tasks", {})
+        for task, section in tasks.items() if spec.task is None else [(spec.task, tasks.get(spec.task))]:
+            if section is None or (spec.rule == "capacity" and "train_at" in section):
+                continue
+            models = {model for model, _ in section_models(section)}
+            others = set(spec.baselines) if spec.rule in ("memory_vs_baselines", "smaller_drop") else set()
+            if (spec.rule == "no_harm" or spec.memory in models) and (not others or models & others) \
+                    and (spec.reference is None or spec.reference in models):
+                out.append(name)
+                break
+    return out
+
+
+def _claims(data: RunData, claims: list[Claim]) -> list[str]:
+    """The paper's claims this run holds what they need for; one line for each of the others."""
+    specs = {s.id: s for s in load_claims()}
+    missing = {c.id: _missing(specs[c.id], data) for c in claims}
+    out = ["", "## The paper's claims", ""]
+    for c in claims:
+        if missing[c.id]:
+            where = ", ".join(_profiles_for(specs[c.id])) or "no built-in profile"
+            out.append(f"- {c.name}: not checked here (this run lacks {' and '.join(missing[c.id])}); "
+                       f"checked by the {where} profile{'s' * (',' in where)}.")
+    claims = [c for c in claims if not missing[c.id]]
+    if not claims:
+        return out
+    if len(out) > 3:
+        out.append("")
+    out += ["Each toy claim of PAPER.md this run can check, its numbers beside the paper's, and a verdict computed "
+            "by the rule given with it. Where the memory-forcing variant was run, its verdict is given beside the "
+            "paper's setting.", ""]
     out.append(md_table(["claim", "verdict", "why"], [[c.name, f"**{c.verdict}**", c.reason] for c in claims]))
     for c in claims:
         out += ["", f"### {c.name}: {c.verdict}", "", f"- Paper: {c.statement} ({c.paper})",
@@ -128,6 +178,37 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
             md_table(header, body)]
 
 
+def _state_probe(data: RunData) -> list[str]:
+    """The state probe's results as stored in the run (state_probe.json), where it was run."""
+    path = data.run_dir / "state_probe.json"
+    if not path.is_file():
+        return []
+    out = ["", "## State probe", "",
+           "A readout of fixed capacity trained on each memory's frozen final state to answer the queries from the "
+           "state alone, beside the model's own accuracy (state_probe.json):", ""]
+    try:
+        probe = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return out + [f"state_probe.json could not be read ({e}); nothing of it is shown."]
+    records = probe if isinstance(probe, list) else next(
+        (v for v in probe.values() if isinstance(v, list)), []) if isinstance(probe, dict) else []
+    records = [r for r in records if isinstance(r, dict)]
+    facts = {k: v for k, v in probe.items() if not isinstance(v, (list, dict))} if isinstance(probe, dict) else {}
+    out += [f"- {k}: {_value(v)}" for k, v in facts.items()]
+    if records:
+        header = list(dict.fromkeys(k for r in records for k in r))
+        out += [""] * bool(facts) + [md_table(header, [[_value(r.get(k)) for k in header] for r in records])]
+    return out
+
+
+def _value(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+
+
 def _lead(lead: dict | None) -> str:
     if lead is None:
         return "-"
@@ -156,7 +237,10 @@ def _accuracy(data: RunData, figures: dict) -> list[str]:
         if sweep_axis(data, task) is None:
             out += ["No sweep axis: see the summary table.", ""]
             continue
-        if f"accuracy_{slug(task)}_trained" not in figures:
+        if any(g.task == task for g in capacity_groups(data)):
+            out += [f"Each model trained at each {sweep_axis(data, task)} and evaluated there: the Capacity "
+                    f"section's figure; the generalisation views follow.", ""]
+        elif f"accuracy_{slug(task)}_trained" not in figures:
             rank = train_level_rank(data, task)
             trained = sorted(set(data.table[data.table["task"] == task]["train_level"]), key=rank.get)
             out += [f"Each model (and variant) was trained at a single level ({'; '.join(trained)}), so the "
@@ -224,7 +308,9 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     if data.table.empty:
         out += ["", "No readable cell results: nothing to report yet."]
         return "\n".join(out) + "\n"
-    out += _how_to_read(data) + _claims(claims) + _power(data, power, power_spec) + selection_lines(data)
+    # The run's own models first (their diagnosis), then the paper's claims where the run can check them.
+    out += _how_to_read(data) + _power(data, power, power_spec) + _state_probe(data) + _claims(data, claims)
+    out += selection_lines(data)
     out += _summary(summary)
     out += _accuracy(data, figures) + capacity_section(data, figures)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
