@@ -1,5 +1,13 @@
+from uuid import uuid4
+
 import pytest
 import torch
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_folder(tmp_path_factory, monkeypatch):
+    # validate's records and fetched weights: each test's own, never the user's nor another test's
+    monkeypatch.setenv("TMEM_BENCH_CACHE", str(tmp_path_factory.getbasetemp() / "tmem-bench-cache" / uuid4().hex))
 
 
 @pytest.fixture(autouse=True)

@@ -217,7 +217,8 @@ def test_a_validate_killed_at_random_times_changes_nothing(made, tmp_path):
     shutil.copytree(reference, board)
     before = files(board)
     start = time.monotonic()
-    assert killed_at(["leaderboard", "validate", str(board)], None) == (False, 0)
+    # its only writes are this machine's validation records (cache.py), in the user's cache folder, not the board
+    assert killed_at(["leaderboard", "validate", str(board)], None)[0] is False
     took = time.monotonic() - start
     for delay in sorted(random.Random(1).uniform(0, took) for _ in range(3)):
         pid = os.fork()

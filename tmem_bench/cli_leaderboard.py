@@ -1,4 +1,4 @@
-"""The `tmem-bench leaderboard` subcommands: submit, validate, build."""
+"""The `tmem-bench leaderboard` subcommands: submit, validate, build, fetch, show."""
 from __future__ import annotations
 
 import sys
@@ -10,6 +10,12 @@ def _trust_flag(parser) -> None:
     parser.add_argument("--allow-module-names", action="store_true",
                         help="trust module:attribute task and model names in the entries: importing them runs their "
                              "code, so only for entries of your own, never for submitted ones (never in CI)")
+
+
+def _full_flag(parser) -> None:
+    parser.add_argument("--full", action="store_true",
+                        help="re-evaluate every entry, reading no record of an earlier validation on this machine "
+                             "(CI, and before publishing a board)")
 
 
 def add_leaderboard_parser(sub, debug, parser_class) -> None:
@@ -25,11 +31,16 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
     submit.add_argument("--url", help="a link to the paper or code (http or https)")
     submit.add_argument("--description", help="one or two sentences shown with the entry")
     submit.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
+    submit.add_argument("--weights-url", metavar="URL",
+                        help="reference the weights instead of holding them: the entry records each file's sha256 "
+                             "and size and URL/<cell id>.safetensors (upload RUN_DIR/cells/*.safetensors there); "
+                             "https://, file:// or hf://OWNER/REPO[@REVISION]/FOLDER")
     validate = actions.add_parser("validate", parents=[debug],
                                   help="recompute every entry from its cells; exit 1 when one is rejected")
     validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
                           help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
     _trust_flag(validate)
+    _full_flag(validate)
     build = actions.add_parser("build", parents=[debug],
                                help="validate every entry, then write README.md and index.html")
     build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
@@ -38,11 +49,37 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                             "to --out (default RUN_DIR/board-preview), never into the leaderboard folder")
     build.add_argument("--out", metavar="DIR", help="with --with: where the preview's README.md and index.html go")
     _trust_flag(build)
+    _full_flag(build)
+    fetch = actions.add_parser("fetch", parents=[debug],
+                               help="download the weights entries reference by URL into the local cache, each "
+                                    "checked against the sha256 and size its entry records")
+    fetch.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
+                       help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
+    show = actions.add_parser("show", parents=[debug],
+                              help="an entry's cells with their stored numbers and those their weights give here")
+    show.add_argument("entry", metavar="ENTRY", help="an entry folder, e.g. leaderboard/entries/<slug>")
+    show.add_argument("--cell", metavar="ID", help="only this cell (default: every cell)")
 
 
 def _print_rejections(validation) -> None:
     for line in validation.rejections:
         print(f"rejected: {line}", file=sys.stderr)
+
+
+def _print_rechecked(validation) -> None:
+    """Per valid entry, what its validation recomputed and the largest difference from the stored numbers."""
+    from .leaderboard.cache import describe
+
+    accepted = {path.name for path, _ in validation.accepted}
+    for slug, summary in sorted(validation.rechecked.items()):
+        if slug in accepted:
+            when = f"unchanged since validated here at {summary.get('validated')}; then " if summary["cached"] else ""
+            print(f"{slug}: {when}{describe(summary)}")
+
+
+def _freshness(validation) -> str:
+    cached = sum(s["cached"] for s in validation.rechecked.values())
+    return f"{len(validation.rechecked) - cached} validated now, {cached} unchanged since validated here"
 
 
 def cmd_leaderboard(args) -> int:
@@ -51,12 +88,22 @@ def cmd_leaderboard(args) -> int:
     if args.action == "submit":
         if args.url is not None and not args.url.startswith(("http://", "https://")):
             raise UsageError(f"--url {args.url!r} must start with http:// or https://")
-        for path in submit(args.run_dir, args.name, args.leaderboard, args.model, args.url, args.description):
+        for path in submit(args.run_dir, args.name, args.leaderboard, args.model, args.url, args.description,
+                           args.weights_url):
             print(f"entry: {path}")
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
+    if args.action == "fetch":
+        from .leaderboard.fetch import fetch_board
+
+        return fetch_board(args.path)
+    if args.action == "show":
+        from .leaderboard.api import show
+
+        return show(args.entry, args.cell)
     if args.action == "validate":
-        validation = validate(args.path, args.allow_module_names)
+        validation = validate(args.path, args.allow_module_names, args.full, progress=True)
+        _print_rechecked(validation)
         _print_rejections(validation)
         n = len(validation.accepted)
         print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
@@ -69,19 +116,19 @@ def cmd_leaderboard(args) -> int:
         # Cheap, unlike the board's re-evaluation: a bad folder or run is refused first.
         out = preview_folder(args.with_run, args.out, args.leaderboard)
         rows = preview_entries(args.with_run)
-        validation = validate(args.leaderboard, args.allow_module_names)
+        validation = validate(args.leaderboard, args.allow_module_names, args.full, progress=True)
         readme, page = preview(out, rows, validation.accepted)
         print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
-              f"published entries; {len(validation.rejections)} rejected entries left out)")
+              f"published entries, {_freshness(validation)}; {len(validation.rejections)} rejected entries left out)")
         return 0
     from .leaderboard import held
 
     with held(args.leaderboard):  # a submit's entries are all there or none while the board is drawn
-        validation = validate(args.leaderboard, args.allow_module_names)
+        validation = validate(args.leaderboard, args.allow_module_names, args.full, progress=True)
         if validation.rejections:
             _print_rejections(validation)
             print("board not written: fix or remove the rejected entries first", file=sys.stderr)
             return 1
         readme, page = build(args.leaderboard, validation.accepted)
-    print(f"board: {readme}, {page} ({len(validation.accepted)} entries)")
+    print(f"board: {readme}, {page} ({len(validation.accepted)} entries: {_freshness(validation)})")
     return 0

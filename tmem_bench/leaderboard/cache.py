@@ -222,20 +222,21 @@ class Recheck:
         for cell_id, result in sorted(results.items()):
             if self._progress is not None:
                 self._progress.update(self._bar, description=f"re-evaluating {entry_dir.name} {cell_id}")
+            weights = mismatch = None
             try:
                 weights = locate(entry_dir, entry, cell_id)
                 regular = weights.is_file() and not weights.is_symlink()  # re-evaluation refuses the others
                 mismatch = metadata_mismatch(weights, result) if regular else None
             except Unreachable as e:
                 missing.append(str(e))
-                continue
+                weights = None
             except (OSError, ValueError) as e:
                 reject("weights", str(e))
-                continue
+                weights = None
             if mismatch:
                 reject(f"cells/{cell_id}.safetensors", mismatch)
-                continue
-            _measure(summary, result, reevaluate(result, weights, reject))
+            elif weights is not None:
+                _measure(summary, result, reevaluate(result, weights, reject))
             if self._progress is not None:
                 self._progress.advance(self._bar)
         if missing:

@@ -25,6 +25,7 @@ from ..rundir import RunDir
 from ..train import cpu_model
 from .entry import SCHEMA_VERSION, builtin_profile_text, derived, find_schema, planned_cells, profile_id
 from .folder import JOURNAL, STAGING_PREFIX, held, place
+from .weights import records as weight_records
 
 
 def slugify(text: str) -> str:
@@ -76,9 +77,11 @@ def _profile(setting: str) -> dict:
 
 
 def make_entries(run_dir, name: str, model: str | None = None, url: str | None = None,
-                 description: str | None = None, weights: bool = True) -> list[tuple[str, dict, list[dict]]]:
+                 description: str | None = None, weights: bool = True,
+                 weights_url: str | None = None) -> list[tuple[str, dict, list[dict]]]:
     """(slug, entry, cell results) per model of the run, or for `model` (a label) alone; with
-    `weights`, every cell must have its weights (an entry ships them)."""
+    `weights`, every cell must have its weights, which the entry records by hash and size, held
+    in its folder or, with `weights_url`, referenced at WEIGHTS_URL/<cell id>.safetensors."""
     run_dir = RunDir(run_dir)
     manifest = read_manifest(run_dir)
     run = {"task": manifest["settings"]["task"], "overrides": manifest["settings"]["overrides"]}
@@ -131,6 +134,8 @@ def make_entries(run_dir, name: str, model: str | None = None, url: str | None =
                           for r in records if r["label"] == label],
             **facts,
         }
+        if weights:
+            entry["weights"] = weight_records({c.id: run_dir.weights_path(c.id) for c in mine}, weights_url)
         out.append((slugify(entry_name), entry, results))
     return out
 
@@ -147,7 +152,8 @@ def write_entries(entries_dir: Path, made: list[tuple[str, dict, list[dict]]], r
             for result in results:
                 cells = staging / slug / "cells"
                 write_json(cells / f"{result['cell_id']}.json", result)
-                _copy(run_dir.weights_path(result["cell_id"]), cells / f"{result['cell_id']}.safetensors")
+                if "url" not in entry.get("weights", {}).get(result["cell_id"], {}):  # referenced: not held
+                    _copy(run_dir.weights_path(result["cell_id"]), cells / f"{result['cell_id']}.safetensors")
             write_json(staging / slug / "entry.json", entry)
         write_json(staging / JOURNAL, {"entries": [slug for slug, _, _ in made]})
     except BaseException as e:
@@ -178,7 +184,7 @@ def _same(folder: Path, entry: dict) -> bool:
 
 
 def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None = None,
-           url: str | None = None, description: str | None = None) -> list[Path]:
+           url: str | None = None, description: str | None = None, weights_url: str | None = None) -> list[Path]:
     """Write an entry per model of a finished run into the board, all or nothing; the same command
     after a kill or a full disk finishes what is not there yet."""
     from jsonschema import Draft202012Validator
@@ -189,7 +195,7 @@ def submit(run_dir, name: str, leaderboard_dir="leaderboard", model: str | None 
     RunDir.existing(run_dir)
     validator = Draft202012Validator(json.loads(find_schema(board).read_text()),
                                      format_checker=Draft202012Validator.FORMAT_CHECKER)
-    made = make_entries(run_dir, name, model, url, description)
+    made = make_entries(run_dir, name, model, url, description, weights_url=weights_url)
     entries_dir = board / "entries"
     for slug, entry, _ in made:
         # Checked here as validate will check it, so that submit never writes an entry validate rejects.

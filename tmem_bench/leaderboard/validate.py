@@ -25,6 +25,7 @@ from ..plan import cell_from_dict
 from ..probe import causality_probe
 from ..registry import get_task, module_names
 from ..results import read_cell
+from .cache import Recheck, ValidationCache, cell_count
 from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
 from .names import refused_names
 from .reeval import reevaluate
@@ -37,6 +38,7 @@ MAX_JSON_BYTES = 16 * 2**20  # entry.json and each cell file; the suite's own ar
 class Validation:
     accepted: list[tuple[Path, dict]] = field(default_factory=list)
     rejections: list[str] = field(default_factory=list)
+    rechecked: dict[str, dict] = field(default_factory=dict)  # slug -> what was recomputed (cache.Recheck)
 
 
 def entry_dirs(path: Path) -> list[Path]:
@@ -182,8 +184,8 @@ def _probe_again(results: list[dict], reject) -> None:
                                                           f"{probe['verdict']!r}; only causal models are admitted")
 
 
-def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets,
-                   allow_module_names: bool = False) -> tuple[dict | None, list[str]]:
+def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets, allow_module_names: bool = False,
+                   recheck: Recheck | None = None) -> tuple[dict | None, list[str]]:
     slug = entry_dir.name
     lines: list[str] = []
 
@@ -289,8 +291,7 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets,
         reject("ranked", f"a ranked entry needs at least {RANKED_MIN_SEEDS} seeds, it has {len(entry['seeds'])}")
     if not lines:
         _probe_again(list(results.values()), reject)
-        for cell_id, result in results.items():
-            reevaluate(result, entry_dir / "cells" / f"{cell_id}.safetensors", reject)
+        (recheck or Recheck(0)).run(entry_dir, entry, results, reject, reevaluate)
     return (None if lines else entry), lines
 
 
@@ -324,24 +325,36 @@ def _submitted(entry: dict) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def validate(path="leaderboard", allow_module_names: bool = False) -> Validation:
+def validate(path="leaderboard", allow_module_names: bool = False, full: bool = False,
+             progress: bool = False) -> Validation:
     """Every entry under `path`, accepted or rejected in one line per reason. `allow_module_names`
     trusts the entries' module:attribute names (which import and run the code they name): for
-    one's own entries, never for a board's submitted ones."""
+    one's own entries, never for a board's submitted ones. An entry validated on this machine before,
+    unchanged in everything its verdict depends on, is not validated again unless `full` (cache.py);
+    `progress` shows the re-evaluation's progress on stderr."""
     from jsonschema import Draft202012Validator
 
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path} does not exist; give a leaderboard folder, an entries folder or an entry")
-    schema = json.loads(find_schema(path).read_text())
+    schema_path = find_schema(path)
+    schema = json.loads(schema_path.read_text())
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     eval_sets = _EvalSets()
     out = Validation()
     good = []
-    with module_names(allow_module_names):
-        for entry_dir in entry_dirs(path):
+    cache = ValidationCache(schema_path, full, {"allow_module_names": allow_module_names})
+    dirs = entry_dirs(path)
+    hits = {entry_dir: cache.get(entry_dir) for entry_dir in dirs}
+    stale = [entry_dir for entry_dir in dirs if hits[entry_dir] is None]
+    with module_names(allow_module_names), Recheck(cell_count(stale), progress) as recheck:
+        for entry_dir in dirs:
+            if hits[entry_dir] is not None:
+                entry, out.rechecked[entry_dir.name] = hits[entry_dir][0], {**hits[entry_dir][1], "cached": True}
+                good.append((entry_dir, entry))
+                continue
             try:
-                entry, lines = validate_entry(entry_dir, validator, eval_sets, allow_module_names)
+                entry, lines = validate_entry(entry_dir, validator, eval_sets, allow_module_names, recheck)
             except Exception as e:  # noqa: BLE001 - one entry's failure, whatever it is, is that entry's rejection
                 message = str(e).splitlines()[0] if str(e) else ""
                 kind = "" if isinstance(e, UsageError) else f"{type(e).__name__}: "
@@ -349,6 +362,9 @@ def validate(path="leaderboard", allow_module_names: bool = False) -> Validation
             out.rejections.extend(lines)
             if entry is not None:
                 good.append((entry_dir, entry))
+                cache.put(entry_dir, recheck.summaries[entry_dir.name])
+    cache.save()
+    out.rechecked |= {slug: {**summary, "cached": False} for slug, summary in recheck.summaries.items()}
     kept, lines = _duplicates(good)
     out.accepted = [item for item in good if item in kept]
     out.rejections.extend(lines)

@@ -1,0 +1,149 @@
+"""Incremental validation: an entry is re-evaluated only when something its verdict depends on changed."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_leaderboard import empty_board, tiny_run
+from tmem_bench.cli import main
+from tmem_bench.leaderboard import validate
+from tmem_bench.leaderboard.cache import CACHE_FILE
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMEM_BENCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> tuple[Path, Path]:
+    """(a board with two entries, base and lstm on no_harm with three seeds each, the run they came from)."""
+    folder = tmp_path_factory.mktemp("incremental")
+    run_dir = tiny_run(folder, "no_harm")
+    board = empty_board(folder)
+    assert main(["leaderboard", "submit", str(run_dir), "--name", "Inc", "--leaderboard", str(board)]) == 0
+    return board, run_dir
+
+
+@pytest.fixture
+def board(made, tmp_path) -> Path:
+    shutil.copytree(made[0], tmp_path / "leaderboard")
+    return tmp_path / "leaderboard"
+
+
+@pytest.fixture
+def evaluated(monkeypatch) -> list[str]:
+    """The ids of the cells re-evaluated from their weights, in order."""
+    checks = sys.modules["tmem_bench.leaderboard.validate"]
+    calls, real = [], checks.reevaluate
+
+    def counting(result, weights, reject):
+        calls.append(result["cell_id"])
+        return real(result, weights, reject)
+
+    monkeypatch.setattr(checks, "reevaluate", counting)
+    return calls
+
+
+def cells(board: Path, slug: str) -> list[str]:
+    return json.loads((board / "entries" / slug / "entry.json").read_text())["cells"]
+
+
+def test_an_unchanged_board_re_evaluates_nothing(board, evaluated):
+    first = validate(board)
+    assert first.rejections == [] and sorted(evaluated) == sorted(cells(board, "inc-base") + cells(board, "inc-lstm"))
+    assert not any(s["cached"] for s in first.rechecked.values())
+    evaluated.clear()
+    second = validate(board)
+    assert evaluated == [] and second.rejections == []
+    assert [(p.name, e) for p, e in second.accepted] == [(p.name, e) for p, e in first.accepted]
+    assert all(s["cached"] for s in second.rechecked.values())
+    assert validate(board, full=True).rejections == [] and len(evaluated) == 6  # --full re-evaluates everything
+
+
+def test_a_changed_cell_or_weights_file_is_re_evaluated(board, evaluated):
+    validate(board)
+    evaluated.clear()
+    cell = board / "entries" / "inc-base" / "cells" / f"{cells(board, 'inc-base')[0]}.json"
+    cell.write_text(json.dumps(json.loads(cell.read_text()), indent=2))  # the same numbers, other bytes
+    out = validate(board)
+    assert out.rejections == [] and sorted(evaluated) == sorted(cells(board, "inc-base"))
+    evaluated.clear()
+
+    first, second = (board / "entries" / "inc-lstm" / "cells" / f"{c}.safetensors" for c in cells(board, "inc-lstm")[:2])
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)
+    second.write_bytes(a)
+    for _ in range(2):  # a rejection is never recorded: the swapped weights are caught every time
+        out = validate(board)
+        assert evaluated == cells(board, "inc-lstm")[2:] and [p.name for p, _ in out.accepted] == ["inc-base"]
+        assert any(f"inc-lstm: weights: weights file cells/{first.name} has sha256" in line for line in out.rejections)
+        evaluated.clear()
+    entry_file = board / "entries" / "inc-lstm" / "entry.json"
+    old_style = {k: v for k, v in json.loads(entry_file.read_text()).items() if k != "weights"}
+    entry_file.write_text(json.dumps(old_style))  # an entry from before the hashes: the files' metadata catches it
+    out = validate(board)
+    assert any(f"inc-lstm: cells/{first.name}: its metadata names cell_id {second.stem!r}" in line
+               for line in out.rejections), out.rejections
+
+
+def test_a_changed_suite_torch_or_cpu_re_evaluates_everything(board, evaluated, monkeypatch):
+    validate(board)
+    import tmem_bench.version as version
+    import tmem_bench.leaderboard.cache as cache
+    import tmem_bench.train as train
+
+    changes = [(version, "__version__", "0.1.1"), (cache, "source_digest", lambda: "edited"),
+               (sys.modules["torch"], "__version__", "9.9.9"), (train, "hardware", lambda device: "another CPU, AVX2")]
+    for module, name, value in changes:
+        evaluated.clear()
+        monkeypatch.setattr(module, name, value)
+        assert validate(board).rejections == [] and len(evaluated) == 6, name
+        evaluated.clear()
+        assert validate(board).rejections == [] and evaluated == [], name
+
+
+def test_the_records_are_this_machines_and_validating_writes_nothing_into_the_board(board, evaluated, tmp_path):
+    """A record in the repository would let a pull request mark a forged entry valid: the records
+    live in the user's cache folder, and a copy of the board (another path, the same content) shares them."""
+    before = {p.relative_to(board): p.read_bytes() for p in board.rglob("*") if p.is_file()}
+    assert validate(board).rejections == [] and len(evaluated) == 6
+    assert {p.relative_to(board): p.read_bytes() for p in board.rglob("*") if p.is_file()} == before
+    assert (tmp_path / "cache" / CACHE_FILE).is_file()
+    copy = tmp_path / "elsewhere" / "board"
+    shutil.copytree(board, copy)
+    evaluated.clear()
+    assert len(validate(copy).accepted) == 2 and evaluated == []
+
+
+def test_long_validation_shows_progress_on_a_terminal(board, capsys, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: stderr is a terminal
+    monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    validate(board, progress=True)
+    err = capsys.readouterr().err
+    assert "re-evaluating inc-" in err and "/6" in err, err
+    monkeypatch.delenv("TTY_COMPATIBLE")
+    monkeypatch.delenv("TTY_INTERACTIVE")
+    validate(board, full=True, progress=True)
+    assert capsys.readouterr().err == ""  # no bar in a log: validate prints a line per entry instead
+
+
+def test_validate_prints_what_it_recomputed_and_build_previews_from_the_records(board, made, capsys, evaluated):
+    assert main(["leaderboard", "validate", str(board)]) == 0
+    out, err = capsys.readouterr()
+    line = next(x for x in out.splitlines() if x.startswith("inc-base: "))
+    assert "3 cells re-evaluated from their weights (6 accuracies, 3 losses)" in line
+    assert "largest difference from the stored numbers: accuracy 0, loss 0" in line  # the same CPU: exact
+    assert err == ""
+    assert main(["leaderboard", "validate", str(board)]) == 0
+    assert "inc-base: unchanged since validated here at " in capsys.readouterr().out
+    evaluated.clear()
+    assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(made[1]),
+                 "--out", str(board.parent / "preview")]) == 0
+    assert evaluated == [] and "0 validated now, 2 unchanged since validated here" in capsys.readouterr().out
+    assert main(["leaderboard", "build", "--leaderboard", str(board), "--full"]) == 0
+    assert len(evaluated) == 6 and "2 validated now, 0 unchanged" in capsys.readouterr().out
