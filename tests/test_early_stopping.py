@@ -3,6 +3,8 @@ often it is run or killed, an estimate that counts such a cell at its cap, and a
 that keeps the cell ids every committed run and leaderboard entry was made with."""
 import json
 import math
+import subprocess
+import sys
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 from tmem_bench import convergence as convergence_module
 from tmem_bench import runner
 from tmem_bench.convergence import load_early_stop, load_rule, should_stop
+from tmem_bench.dryrun import fmt_duration
 from tmem_bench.estimate import Cost, estimate, plan_rows
 from tmem_bench.levels import level_key
 from tmem_bench.plan import Overrides, make_plan, plan_task_searches
@@ -173,3 +176,23 @@ def test_early_stop_false_plans_the_ids_of_a_profile_without_it(tmp_path):
     (without,) = make_plan("no_harm", str(plain))
     assert tiny_cell(tmp_path, early_stop=False).id == without.id
     assert tiny_cell(tmp_path).id != without.id
+
+
+def test_profile_cost_prices_a_plan_from_a_runs_own_cell_times(tmp_path):
+    """Priced from its own run, a fixed-steps plan costs what its cells took; with early stopping
+    its cap is priced from the steps a cell ran, with every check."""
+    path = tmp_path / "fixed.toml"
+    path.write_text(TINY.format(steps=30, early_stop="false").replace('"base"', '"base", "lstm"'))
+    results = runner.run_plan(make_plan("no_harm", str(path)), tmp_path / "run", device="cpu")
+    script = ROOT / "benchmarks" / "profile_cost.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), str(path), "--workers", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"2 cells, {fmt_duration(sum(r['wall_time_s'] for r in results))} of cell time" in proc.stdout
+    assert "at most" not in proc.stdout
+    capped = tmp_path / "capped.toml"
+    capped.write_text(path.read_text().replace("early_stop = false", "early_stop = true")
+                      .replace("steps = 30", "steps = 300"))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), str(capped), "--workers", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "at most about" in proc.stdout, proc.stderr
