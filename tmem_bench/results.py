@@ -63,7 +63,17 @@ def write_weights(path: Path, module, cell_id: str, result: dict | None = None) 
                   "tmem_bench_version": result["tmem_bench_version"], "torch_version": result["torch_version"]}
     # Copies: safetensors refuses tensors that share storage, and a copy is cheap at these sizes.
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
-    write_atomic(path, safetensors.torch.save(tensors, metadata=about))
+    write_atomic(path, canonical_safetensors(safetensors.torch.save(tensors, metadata=about)))
+
+
+def canonical_safetensors(blob: bytes) -> bytes:
+    """The same file with its JSON header's keys sorted: safetensors writes the header from hash maps,
+    in an order that changes from one process to the next, and a cell's weights must be the same
+    bytes on every run (offsets in the header are relative to the data, so only the header moves)."""
+    n = int.from_bytes(blob[:8], "little")
+    header = json.dumps(json.loads(blob[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # safetensors aligns the data to 8 bytes with trailing spaces
+    return len(header).to_bytes(8, "little") + header + blob[8 + n:]
 
 
 def load_weights(path: Path, module) -> None:
