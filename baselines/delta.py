@@ -141,7 +141,8 @@ class GatedDeltaNet(nn.Module):
         self.proj = nn.Linear(d, d, bias=False)
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
+    def rule_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v (B, h, S, hd), the log decay g and the write strength beta (B, h, S) of tokens x."""
         B, S, D = x.shape
         h, hd = self.n_heads, D // self.n_heads
         qkv = F.silu(self.conv(self.qkv(x)))
@@ -150,10 +151,21 @@ class GatedDeltaNet(nn.Module):
         k = F.normalize(k, dim=-1)
         a, b = self.decay_and_strength(x).transpose(1, 2).chunk(2, dim=1)  # (B, h, S) each
         g = -self.A_log.exp()[:, None] * F.softplus(a + self.dt_bias[:, None])
+        return q, k, v, g, torch.sigmoid(b)
+
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
+        B, S, D = x.shape
+        h, hd = self.n_heads, D // self.n_heads
         chunk = balanced_chunk(S, self.chunk)
-        o, _ = gated_delta_chunked(q, k, v, g, torch.sigmoid(b), chunk, output_final_state=False)  # (B, h, S, hd)
+        o, _ = gated_delta_chunked(*self.rule_inputs(x), chunk, output_final_state=False)  # (B, h, S, hd)
         o = self.norm(o.transpose(1, 2)) * F.silu(self.gate(x)).view(B, S, h, hd)  # (B, S, h, hd)
         return self.resid_dropout(self.proj(o.reshape(B, S, D)))
+
+    def final_state(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every head's S (B, h, hd, hd) after the last token of x (the state hook); the short
+        convolution's buffer of the last few inputs is not part of it."""
+        _, state = gated_delta_chunked(*self.rule_inputs(x), balanced_chunk(x.shape[1], self.chunk))
+        return {"S": state}
 
 
 class DeltaTransformer(RecurrentTransformer):

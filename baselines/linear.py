@@ -84,6 +84,13 @@ class LinearAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, S, D)
         return self.resid_dropout(self.proj(y))
 
+    def final_state(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """S (B, h, hd, hd) and z (B, h, hd) after the last token of x (the state hook)."""
+        B, S, D = x.shape
+        _, k, v = self.qkv(x).view(B, S, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        k = feature_map(k)
+        return {"S": k.transpose(-1, -2) @ v, "z": k.sum(-2)}
+
 
 class LinearTransformer(RecurrentTransformer):
     config_class = LinearConfig

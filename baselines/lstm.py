@@ -44,6 +44,12 @@ class LSTM(nn.Module):
         y, _ = self.lstm(x)  # (B, S, d)
         return self.ln_f(y)
 
+    def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The state hook (`tmem_bench.model`): h and the cell c of every layer after the last
+        token, (B, n_layers, d) each."""
+        _, (h, c) = self.lstm(x)
+        return {"h": h.transpose(0, 1), "c": c.transpose(0, 1)}
+
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
         """Bytes carried between tokens: h and c of every layer, independent of seq_len."""
         return 2 * self.config.n_layers * self.config.d_model * bytes_per_element

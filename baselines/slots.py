@@ -115,7 +115,18 @@ class SlotsTransformer(Transformer):
             return self._forward_prefix(x, blocked)
         return self._forward_recurrent(x, blocked)
 
-    def _forward_prefix(self, x: torch.Tensor, blocked: torch.Tensor | None) -> torch.Tensor:
+    def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The state hook (`tmem_bench.model`), the slots after the last token, (B, n_slots, d) each:
+        "prefix", the version every writing layer leaves there ("layer<i>"); "recurrent", the slot
+        state after the last chunk's update ("slots"), which no token of the sequence reads."""
+        states = []
+        if self.config.update == "prefix":
+            self._forward_prefix(x, blocked, states)
+            return {f"layer{i}": z for i, z in enumerate(states)}
+        self._forward_recurrent(x, blocked, states)
+        return {"slots": states[-1]}
+
+    def _forward_prefix(self, x: torch.Tensor, blocked: torch.Tensor | None, states: list | None = None):
         B, S, D = x.shape
         n = self.config.n_slots
         mask = attention_mask(S, x.device, blocked)
@@ -127,9 +138,11 @@ class SlotsTransformer(Transformer):
             x = x + slot.read(slot.ln_read(x)[:, :, None], z)[:, :, 0]  # token t reads version t
             if hasattr(slot, "write"):
                 z = z + slot.write(slot.ln_slots(z).reshape(B, S * n, D), slot.ln_tokens(x), prefix).view(B, S, n, D)
+                if states is not None:
+                    states.append(z[:, -1])
         return self.ln_f(x)
 
-    def _forward_recurrent(self, x: torch.Tensor, blocked: torch.Tensor | None) -> torch.Tensor:
+    def _forward_recurrent(self, x: torch.Tensor, blocked: torch.Tensor | None, states: list | None = None):
         B, S, D = x.shape
         allowed = attention_mask(S, x.device, blocked)
         if allowed is None:
@@ -144,9 +157,11 @@ class SlotsTransformer(Transformer):
             for block, slot, cache in zip(self.blocks, self.slot_layers, caches):
                 h = cached_block(block, h, cache, allowed[start:end, :end])
                 h = h + slot.read(slot.ln_read(h), z_read)
-                if end < S:
+                if end < S or states is not None:
                     z = z + slot.write(slot.ln_slots(z), slot.ln_tokens(h))
             outs.append(h)
+        if states is not None:
+            states.append(z)
         return self.ln_f(torch.cat(outs, dim=1))  # (B, S, d)
 
     def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:

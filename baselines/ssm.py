@@ -133,19 +133,32 @@ class Mamba2(nn.Module):
         self.out_proj = nn.Linear(di, d, bias=False)
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
+    def scan_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The gate z (b, S, d_inner), the inputs u (b, h, S, P), the step dt and log decay a
+        (b, h, S), and B, C (b, 1, S, N) of tokens x."""
         b, S, _ = x.shape
-        h = self.n_heads
         z, xBC, dt = self.in_proj(x).split(self.sizes, dim=-1)
         u, B, C = F.silu(self.conv(xBC)).split(self.conv_sizes, dim=-1)
-        u = u.view(b, S, h, -1).transpose(1, 2)  # (b, h, S, P)
+        u = u.view(b, S, self.n_heads, -1).transpose(1, 2)  # (b, h, S, P)
         dt = F.softplus(dt + self.dt_bias).transpose(1, 2)  # (b, h, S)
         a = -self.A_log.exp()[:, None] * dt
+        return z, u, dt, a, B[:, None], C[:, None]
+
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
+        b, S, _ = x.shape
+        z, u, dt, a, B, C = self.scan_inputs(x)
         chunk = balanced_chunk(S, self.chunk)
-        y, _ = ssd_chunked(u * dt[..., None], a, B[:, None], C[:, None], chunk, output_final_state=False)
+        y, _ = ssd_chunked(u * dt[..., None], a, B, C, chunk, output_final_state=False)
         y = y + self.D[:, None, None] * u
         y = self.norm(y.transpose(1, 2).reshape(b, S, -1) * F.silu(z))  # (b, S, d_inner)
         return self.resid_dropout(self.out_proj(y))
+
+    def final_state(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every head's H (b, h, P, N) after the last token of x (the state hook); the short
+        convolution's buffer of the last few inputs is not part of it."""
+        _, u, dt, a, B, C = self.scan_inputs(x)
+        _, state = ssd_chunked(u * dt[..., None], a, B, C, balanced_chunk(x.shape[1], self.chunk))
+        return {"H": state}
 
 
 class SSMTransformer(RecurrentTransformer):

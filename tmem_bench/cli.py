@@ -7,6 +7,7 @@ import traceback
 from pathlib import Path
 
 from .cli_leaderboard import add_leaderboard_parser, cmd_leaderboard
+from .cli_probe import add_probe_parser, cmd_probe
 from .errors import UsageError, storage_error
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "with --task, to every variant of the task, e.g. --option n_frames=4")
 
     add_leaderboard_parser(sub, debug, _Parser)
+    add_probe_parser(sub, debug)
     return parser
 
 
@@ -422,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"run": cmd_run, "list": cmd_list, "report": cmd_report, "check": cmd_check,
-                    "leaderboard": cmd_leaderboard, "jobs": cmd_jobs}
+                    "leaderboard": cmd_leaderboard, "jobs": cmd_jobs, "probe": cmd_probe}
         return commands[args.command](args)
     except UsageError as e:
         if args.debug:

@@ -36,6 +36,20 @@ class Memory(Protocol):
     def forward(self, x: torch.Tensor, state) -> tuple[torch.Tensor, object]: ...
 
 
+def state_tensors(state) -> dict[str, torch.Tensor]:
+    """A memory's state as named tensors: one tensor, a NamedTuple's fields, a tuple's or a dict's
+    entries; what is not a tensor is left out (so a state of other objects has nothing to probe)."""
+    if isinstance(state, torch.Tensor):
+        return {"state": state}
+    if hasattr(state, "_asdict"):
+        state = state._asdict()
+    elif isinstance(state, (tuple, list)):
+        state = {str(i): t for i, t in enumerate(state)}
+    if not isinstance(state, dict):
+        return {}
+    return {str(k): t for k, t in state.items() if isinstance(t, torch.Tensor)}
+
+
 @dataclass
 class MemoryTransformerConfig(TransformerConfig):
     gate_init: float = 0.0
@@ -72,6 +86,16 @@ class MemoryTransformer(Transformer):
         self.ln_f = self._modules.pop("ln_f")
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
+        return self._run(x, blocked, None)
+
+    def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The state hook (`tmem_bench.model`): every layer's memory state after the last token,
+        its tensors named "layer<i>.<field>" (a NamedTuple's fields, a dict's keys, "state" for one tensor)."""
+        states = []
+        self._run(x, blocked, states)
+        return {f"layer{i}.{name}": t for i, state in enumerate(states) for name, t in state_tensors(state).items()}
+
+    def _run(self, x: torch.Tensor, blocked: torch.Tensor | None, states: list | None) -> torch.Tensor:
         mask = self.mask(x.shape[1], x.device, blocked)
         gates = torch.sigmoid(self.gammas)
         state = None
@@ -81,10 +105,12 @@ class MemoryTransformer(Transformer):
                 continue
             threaded = self.config.threading == "reference"
             start = state if threaded and state is not None else self.memory.init_state(x.shape[0])
-            # Only "reference" threading reads a final state, and only below the last layer.
-            final = threaded and layer < len(self.blocks) - 1
+            # Only "reference" threading reads a final state, and only below the last layer (or the hook).
+            final = (threaded and layer < len(self.blocks) - 1) or states is not None
             wanted = {"output_final_state": final} if self._final_state_optional else {}
             read, state = self.memory(self.mem_norms[layer](x), start, **wanted)
+            if states is not None:
+                states.append(state)
             x = x + gates[layer] * self.mem_dropout(read)
         return self.ln_f(x)
 

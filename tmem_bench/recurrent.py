@@ -10,7 +10,9 @@ its state's bytes (`state_size`); the rest is said here once:
 - it has no sliding window (`Transformer.windowed` is already False);
 - its mixer receives no mask: the state is a memory, not a softmax, so a task's
   `blocked` attention edges have nothing to remove, and under the memory-forcing
-  variants information reaches the queries only through the state, as intended.
+  variants information reaches the queries only through the state, as intended;
+- the state hook (`memory_state`, `tmem_bench.model`) for a mixer with a
+  `final_state(x) -> dict[str, Tensor]`, its state after the last token of its input.
 """
 from __future__ import annotations
 
@@ -28,6 +30,17 @@ class RecurrentTransformer(Transformer):
 
     def mask(self, seq_len, device, blocked):
         return None
+
+    def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor] | None:
+        """Every layer's mixer state after the last token, named "layer<i>.<name>"; None where
+        the mixer has no `final_state`."""
+        if not all(hasattr(block.attn, "final_state") for block in self.blocks):
+            return None
+        states = {}
+        for layer, block in enumerate(self.blocks):
+            states.update({f"layer{layer}.{k}": v for k, v in block.attn.final_state(block.ln_1(x)).items()})
+            x = block(x, None)
+        return states
 
 
 class ShortConv(nn.Module):

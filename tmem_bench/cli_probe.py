@@ -1,0 +1,51 @@
+"""The `tmem-bench probe` command: the state probe (`tmem_bench.state_probe`) over a finished run."""
+from __future__ import annotations
+
+import sys
+
+from .errors import UsageError, check_int
+
+
+def add_probe_parser(sub, debug) -> None:
+    probe = sub.add_parser("probe", parents=[debug],
+                           help="train a readout on each memory's frozen final state (RUN_DIR/state_probe.json)")
+    probe.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (cells/ with their weights)")
+    probe.add_argument("--weights", action="append", default=[], metavar="DIR",
+                       help="a folder holding <cell id>.safetensors for cells whose weights are not in RUN_DIR/cells "
+                            "(repeatable), e.g. leaderboard/entries/<slug>/cells")
+    probe.add_argument("--models", metavar="LABELS", help="comma-separated labels to probe (default: every model)")
+    probe.add_argument("--seeds", metavar="SEEDS", help="comma-separated seeds to probe (default: every seed)")
+    probe.add_argument("--steps", metavar="N",
+                       help="readout training steps (default: the readout's own, which state_probe.json records)")
+
+
+def _list(flag: str, text: str | None, cast=str):
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise UsageError(f"{flag} {text!r} has an empty item; expected a comma-separated list")
+    try:
+        return [cast(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is malformed; expected integers such as 0,1,2") from None
+
+
+def cmd_probe(args) -> int:
+    from dataclasses import replace
+
+    from .state_probe import ReadoutConfig, probe_run, summary
+
+    config = ReadoutConfig()
+    if args.steps is not None:
+        config = replace(config, steps=check_int("--steps", args.steps))
+    doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),
+                    seeds=_list("--seeds", args.seeds, int), config=config,
+                    say=lambda line: print(line, file=sys.stderr))
+    print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}")
+    for label, level, n, own, probe in summary(doc):
+        own = "-" if own is None else f"{own:.3f}"
+        probe = f"{probe:.3f}" if isinstance(probe, float) else probe
+        print(f"{label:<16} {level:<24} {n:>5} {own:>7} {probe:>7}")
+    print(f"written: {args.run_dir}/state_probe.json")
+    return 0

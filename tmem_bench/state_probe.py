@@ -1,0 +1,308 @@
+"""The state probe: does a memory's state still hold the items where the model no longer answers?
+
+A model that fails at many writes may have a state that is full, or a state that holds the items
+and a read that never learned to find them; its accuracy cannot tell the two apart. The probe
+freezes a trained model, runs it over the evidence of a sequence (the tokens up to the last one
+`task.reach_positions` marks as evidence), takes the recurrent state it then holds through the
+backbone's `memory_state` hook (`tmem_bench.model`), and trains a separate readout to answer the
+sequence's queries from that state and the query tokens alone. Where the readout answers what the
+model does not, the read was not learned; where both fail, the state no longer holds the items
+(as far as a readout of this capacity can find them).
+
+The readout is the same for every memory (`Readout`, `ReadoutConfig`, `describe_readout`): the
+state's tensors flattened into one vector s and each query token q (the frozen adapter's
+embedding of it, which for coordinate binding is a linear image of the noisy key), both
+standardised with statistics of a calibration batch, then
+
+    logits = W_o relu((W_s s + b_s) * g(q)) + b_o,    g(q) = W_2 relu(W_1 q + b_1) + b_2,
+
+`width` hidden units, each one learned linear feature of the state gated by one feature of the
+query (a plain MLP over [s, q] cannot form that product cheaply, and learns the lookup far more
+slowly). Every memory's state is read through the same number of learned features; W_s alone
+grows with the state (a fixed projection to a common size would throw most of a large state away
+before the readout saw it). Each step trains on fresh sequences, so the readout cannot memorise
+the states it sees; the weights with the best accuracy on the probe's own validation sequences
+are scored on the cell's evaluation set, the sequences the model's own accuracy was measured on.
+Data seeds come from the task, level and the probe's name, apart from training, validation and
+evaluation seeds; the readout's weights from `seed`.
+
+The results go to RUN_DIR/state_probe.json: the readout's description, its settings and one row
+per cell, rewritten atomically after each cell so that a stopped probe resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .errors import UsageError
+from .levels import Level, level_key
+from .model import TaskModel
+from .results import write_json
+from .task import MAX_TRAIN_SEED, Batch, Task, split_batch
+
+NO_STATE = "no state to probe"
+PROBED = "probed"
+FILE = "state_probe.json"
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class ReadoutConfig:
+    width: int = 256  # hidden units: learned features of the state, each gated by one of the query
+    query_width: int = 128  # hidden layer of the query's network g
+    steps: int = 600
+    batch_size: int = 64  # fresh training sequences per step
+    queries: int = 16  # queries per training sequence, where the task takes an `n_queries` option
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    validation_size: int = 1024  # sequences
+    validate_every: int = 250
+    seed: int = 0
+
+
+def describe_readout(config: ReadoutConfig = ReadoutConfig()) -> str:
+    """One paragraph a report can print: what the readout is, its capacity, seeds and steps."""
+    c = config
+    return (
+        f"State probe: each trained model is frozen and run over the evidence tokens of a sequence; the "
+        f"recurrent state it then holds (every tensor of its memory_state hook, flattened into one vector s) and "
+        f"each query token q (the model's input embedding of it) are standardised and read by a readout of fixed "
+        f"capacity, the same for every memory: logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden "
+        f"units and g a one-hidden-layer network of width {c.query_width}, so that every state is read through "
+        f"{c.width} learned linear features (W_s alone grows with the state). It is trained with AdamW (lr {c.lr:g}, "
+        f"weight decay {c.weight_decay:g}) for {c.steps} steps of {c.batch_size} fresh sequences"
+        f" ({c.queries} queries each where the task's n_queries can be set), from readout seed {c.seed} and data seeds "
+        f"of its own; the weights best on {c.validation_size} validation sequences of its own (checked every "
+        f"{c.validate_every} steps) are scored on the cell's evaluation set, the sequences of the model's own "
+        f"accuracy. A model whose backbone has no memory_state hook (attention alone) has no state to probe."
+    )
+
+
+class Readout(nn.Module):
+    def __init__(self, state_dim: int, query_dim: int, n_classes: int, config: ReadoutConfig):
+        super().__init__()
+        self.state = nn.Linear(state_dim, config.width)
+        self.query = nn.Sequential(nn.Linear(query_dim, config.query_width), nn.ReLU(),
+                                   nn.Linear(config.query_width, config.width))
+        self.out = nn.Linear(config.width, n_classes)
+
+    def forward(self, state: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """state (B, n), queries (B, Q, d) -> logits (B, Q, n_classes)."""
+        return self.out(F.relu(self.state(state)[:, None] * self.query(queries)))
+
+
+def probe_seed(task: Task, level: Level, part: str) -> int:
+    """A data seed for the probe's `part` ("train", "calibration", "validation"): in the validation
+    seeds' range, where no training seed lies, and named apart from the validation sets' own."""
+    return MAX_TRAIN_SEED + zlib.crc32(f"state_probe|{part}|{task.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
+
+
+class StateReader:
+    """A frozen model's state after the evidence of a batch, and the batch's query tokens."""
+
+    def __init__(self, model: TaskModel, task: Task, level: Level):
+        self.model, self.task, self.level = model.eval(), task, level
+
+    @torch.no_grad()
+    def __call__(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(states (B, n), queries (B, Q, d), targets (B, Q)), or None without a state to probe."""
+        evidence, answers = self.task.reach_positions(self.level, batch)
+        length = int(evidence.nonzero().max()) + 1
+        states, queries = [], []
+        for part in split_batch(batch, 512):
+            state = self.model.memory_state(part, length)
+            if not state:
+                return None
+            states.append(torch.cat([state[name].flatten(1).float() for name in sorted(state)], dim=1))
+            queries.append(self.model.adapter(part)[:, answers])
+        queries = torch.cat(queries)
+        if queries.shape[1] != batch["target"].shape[1]:
+            raise ValueError(f"task {self.task.name!r} marks {queries.shape[1]} answer tokens for "
+                             f"{batch['target'].shape[1]} targets; the probe needs one answer token per target")
+        return torch.cat(states), queries, batch["target"]
+
+    @torch.no_grad()
+    def shapes(self, batch: Batch) -> dict[str, list[int]]:
+        evidence, _ = self.task.reach_positions(self.level, batch)
+        state = self.model.memory_state(batch, int(evidence.nonzero().max()) + 1) or {}
+        return {name: list(t.shape[1:]) for name, t in sorted(state.items())}
+
+
+class Standardise:
+    """Per-coordinate mean and spread of states and query tokens, from a calibration batch."""
+
+    def __init__(self, states: torch.Tensor, queries: torch.Tensor):
+        self.s_mean, self.s_std = states.mean(0), states.std(0).clamp_min(1e-6)
+        flat = queries.flatten(0, 1)
+        self.q_mean, self.q_std = flat.mean(0), flat.std(0).clamp_min(1e-6)
+
+    def __call__(self, data):
+        states, queries, target = data
+        return (states - self.s_mean) / self.s_std, (queries - self.q_mean) / self.q_std, target
+
+
+@torch.no_grad()
+def accuracy(readout: Readout, data) -> float:
+    states, queries, target = data
+    correct = sum((readout(s, q).argmax(-1) == t).sum().item()
+                  for s, q, t in zip(states.split(512), queries.split(512), target.split(512)))
+    return correct / target.numel()
+
+
+def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, config: ReadoutConfig,
+                train_task: Task | None = None) -> dict:
+    """Train the readout on `model`'s frozen states at `level` and score it on `eval_batch`:
+    {"status", "probe_accuracy", "probe_validation_accuracy", "best_step", "state_floats", "state"}.
+    `train_task` (default `task`) draws the training sequences, with more queries each where it can."""
+    if task.reach_positions(level, eval_batch) is None:
+        return {"status": f"not probed: task {task.name!r} marks no evidence and answer tokens"}
+    train_task = train_task or task
+    read = StateReader(model, task, level)
+    evaluation = read(eval_batch)
+    if evaluation is None:
+        return {"status": NO_STATE}
+    shapes = read.shapes({k: v[:1] for k, v in eval_batch.items()})
+    draw = StateReader(model, train_task, level)
+    standardise = Standardise(*draw(train_task.sample(
+        level, 1024, torch.Generator().manual_seed(probe_seed(task, level, "calibration"))))[:2])
+    validation = standardise(read(task.sample(
+        level, config.validation_size, torch.Generator().manual_seed(probe_seed(task, level, "validation")))))
+    evaluation = standardise(evaluation)
+
+    torch.manual_seed(config.seed)
+    readout = Readout(evaluation[0].shape[1], evaluation[1].shape[2], task.n_classes, config)
+    optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    generator = torch.Generator().manual_seed(probe_seed(task, level, "train"))
+    best = (-1.0, 0, None)
+    for step in range(1, config.steps + 1):
+        states, queries, target = standardise(draw(train_task.sample(level, config.batch_size, generator)))
+        loss = F.cross_entropy(readout(states, queries).flatten(0, 1), target.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % config.validate_every == 0 or step == config.steps:
+            score = accuracy(readout, validation)
+            if score >= best[0]:  # on a tie, the longer trained
+                best = (score, step, {k: v.clone() for k, v in readout.state_dict().items()})
+    readout.load_state_dict(best[2])
+    return {"status": PROBED, "probe_accuracy": accuracy(readout, evaluation), "probe_validation_accuracy": best[0],
+            "best_step": best[1], "state_floats": evaluation[0].shape[1], "state": shapes}
+
+
+def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig) -> dict:
+    """One stored cell probed at the level it was trained at: its row of state_probe.json."""
+    from .plan import cell_from_dict
+    from .registry import get_task
+    from .results import load_weights
+    from .train import build_model
+
+    start = time.perf_counter()
+    cell = cell_from_dict(result["cell"])
+    task = get_task(cell.task, **cell.task_options)
+    level = task.validate_level(cell.train_level)
+    own = next((e["accuracy"] for e in result["eval"] if e["level_key"] == level_key(level)), None)
+    row = {"label": cell.label, "seed": cell.seed, **level, "accuracy": own, "probe_accuracy": None,
+           "chance": task.chance(level), "status": NO_STATE}
+    model = build_model(cell)
+    has_state = bool(model.memory_state(task.sample(level, 1, torch.Generator().manual_seed(0))))
+    if has_state and weights is None:
+        row["status"] = "no weights"
+    elif has_state:
+        load_weights(weights, model)
+        train_task = task
+        if "n_queries" in task.options():
+            train_task = get_task(cell.task, **{**cell.task_options, "n_queries": config.queries})
+        eval_batch, _ = task.eval_set(level, cell.train["eval_size"])
+        row.update(probe_model(model, task, level, eval_batch, config, train_task))
+    return {**row, "wall_time_s": time.perf_counter() - start, "cell_id": result["cell_id"]}
+
+
+def _previous(path: Path, config: ReadoutConfig) -> dict[str, dict]:
+    """The rows of an earlier probe of the run with the same readout, by cell id; one with other settings is refused."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        rows, settings = doc["rows"], doc["readout_config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{path} is unreadable ({e}); remove it to probe again") from None
+    if settings != asdict(config):
+        changed = sorted(k for k in asdict(config) if settings.get(k) != asdict(config)[k])
+        raise UsageError(f"{path} holds a probe with other readout settings ({', '.join(changed)}); "
+                         "rerun with the same settings to resume, or remove it to probe again")
+    return {row["cell_id"]: row for row in rows}
+
+
+def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print) -> dict:
+    """Probe every finished cell of a run directory (those of `labels` and `seeds` where given) and
+    write RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept.
+    The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
+    A cell's weights are read from the run directory, else from the first of the `weights` folders
+    that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
+    from .rundir import RunDir
+
+    run_dir = RunDir.existing(path)
+    folders = [Path(f) for f in weights]
+    for folder in folders:
+        if not folder.is_dir():
+            raise UsageError(f"--weights {str(folder)!r} is not a folder")
+    results, errors = run_dir.load_cells()
+    for line in errors:
+        say(f"skipped: {line}")
+    known = sorted({r["cell"]["label"] for r in results})
+    unknown = sorted(set(labels or ()) - set(known))
+    if unknown:
+        raise UsageError(f"--models: no cells of {', '.join(unknown)} in {run_dir}; its models: {', '.join(known)}")
+    chosen = [r for r in results if (not labels or r["cell"]["label"] in labels)
+              and (seeds is None or r["cell"]["seed"] in seeds)]
+    out = run_dir.path / FILE
+    done = _previous(out, config)
+    for result in chosen:
+        cell_id = result["cell_id"]
+        if done.get(cell_id, {}).get("status") in (PROBED, NO_STATE):
+            continue  # probed already; a cell that lacked its weights is tried again
+        found = [p for p in [run_dir.weights_path(cell_id), *(f / f"{cell_id}.safetensors" for f in folders)]
+                 if p.is_file()]
+        row = probe_cell(result, found[0] if found else None, config)
+        # Read again before writing: a second probe of the same run may have added rows meanwhile.
+        done = {**_previous(out, config), cell_id: row}
+        write_json(out, document(done.values(), config))
+        numbers = [f"{name} {row[key]:.3f}" for name, key in (("model", "accuracy"), ("probe", "probe_accuracy"))
+                   if row[key] is not None]
+        say(f"{row['label']} seed {row['seed']} @ {level_key(result['cell']['train_level'])}: "
+            f"{', '.join([row['status'], *numbers])} ({row['wall_time_s']:.0f} s)")
+    doc = document(done.values(), config)
+    write_json(out, doc)
+    return doc
+
+
+def document(rows, config: ReadoutConfig) -> dict:
+    """state_probe.json: the readout's paragraph and settings, and the rows by label, level and seed."""
+    order = sorted(rows, key=lambda r: (r["label"], tuple(v for k, v in r.items() if k not in ROW_FIELDS), r["seed"]))
+    return {"schema": SCHEMA, "readout": describe_readout(config), "readout_config": asdict(config), "rows": order}
+
+
+ROW_FIELDS = {"label", "seed", "accuracy", "probe_accuracy", "chance", "status", "probe_validation_accuracy",
+              "best_step", "state_floats", "state", "wall_time_s", "cell_id"}
+
+
+def summary(doc: dict) -> list[list]:
+    """[label, level, seeds, model accuracy, probe accuracy] per label and level, means over seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in doc["rows"]:
+        level = ",".join(f"{k}={v}" for k, v in row.items() if k not in ROW_FIELDS)
+        groups.setdefault((row["label"], level), []).append(row)
+    out = []
+    for (label, level), rows in groups.items():
+        probed = [r["probe_accuracy"] for r in rows if r["probe_accuracy"] is not None]
+        own = [r["accuracy"] for r in rows if r["accuracy"] is not None]
+        out.append([label, level, len(rows), sum(own) / len(own) if own else None,
+                    sum(probed) / len(probed) if probed else rows[0]["status"]])
+    return out
