@@ -8,7 +8,8 @@ memory) is added by overriding `forward`. A model whose mixer honours
 `config.window` (sliding-window attention) says so with `windowed = True`; a
 recurrent mixer derives from `recurrent.RecurrentTransformer`, a memory beside
 attention uses `memory.MemoryTransformer`. Every mixer has one signature:
-`Mixer(config)`, `mixer(x (B, S, d), mask) -> (B, S, d)`.
+`Mixer(config)`, `mixer(x (B, S, d), mask) -> (B, S, d)`. A model that carries a
+recurrent state exposes it through one hook, `memory_state` (`tmem_bench.model`).
 
 Backbones carry no positional embedding: causal attention orders the tokens,
 and tasks that need positions add them in their adapters.
