@@ -5,8 +5,8 @@ whatever machines ran them. For each shared cell this compares the evaluation ac
 logged training losses to the last bit, and prints how many are identical, the largest difference
 of those that are not, and the hardware each run recorded:
 
-    python benchmarks/compare_runs.py docs/capacity runs/capacity
-    git worktree add /tmp/old 266bdbf && python benchmarks/compare_runs.py /tmp/old/docs/study docs/study
+    python benchmarks/compare_runs.py docs/runs/capacity runs/capacity
+    git worktree add /tmp/old 266bdbf && python benchmarks/compare_runs.py /tmp/old/docs/runs/study docs/runs/study
 """
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ evaluation. The schedule is the dry run's: at each cell's cap, every possible se
 seed, on the local pool's workers. Planned for the run's own profile it gives back the run's wall
 time, within the scheduler's spread:
 
-    python benchmarks/profile_cost.py docs/study study
-    python benchmarks/profile_cost.py docs/study study --seeds 3,4 --selection-only
+    python benchmarks/profile_cost.py docs/runs/study study
+    python benchmarks/profile_cost.py docs/runs/study study --seeds 3,4 --selection-only
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ machine and revision reproduce it? Prints each evaluation level's accuracy and t
 loss, stored and retrained, and their wall times (how this machine's speed compares), and exits 1
 when any number differs.
 
-    OMP_NUM_THREADS=1 python benchmarks/retrain_cell.py docs/study/cells/<id>.json
+    OMP_NUM_THREADS=1 python benchmarks/retrain_cell.py docs/runs/study/cells/<id>.json
 """
 import argparse
 import sys

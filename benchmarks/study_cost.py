@@ -5,7 +5,7 @@ selection seed (trials and finals at one setting cost alike, and seed 0 may have
 scaled linearly with steps, times the cells it has in the run. Dropping a model or changing a
 task's steps gives the cost of a smaller study before running it:
 
-    python benchmarks/study_cost.py docs/study --drop occlusion:tensor_local --steps map_building=1000
+    python benchmarks/study_cost.py docs/runs/study --drop occlusion:tensor_local --steps map_building=1000
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from tmem_bench.report.colors import (
 )
 from tmem_bench.report.figures import Style
 
-# The labels of the capacity run (docs/capacity), where base, tensor_grid4 and tensor_local were three
+# The labels of the capacity run (docs/runs/capacity), where base, tensor_grid4 and tensor_local were three
 # near-identical blues and slots and tensor_grid8 two greens.
 CAPACITY = ["base", "slots", "delta", "linear", "lstm", "ssm", "tensor", "tensor_grid4", "tensor_grid8",
             "tensor_local"]

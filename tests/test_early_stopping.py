@@ -148,8 +148,8 @@ def committed_entry(slug: str) -> dict:
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("slug, run", [("tmem-bench-study-base", "docs/study"),
-                                       ("tmem-bench-capacity-base", "docs/capacity")])
+@pytest.mark.parametrize("slug, run", [("tmem-bench-study-base", "docs/runs/study"),
+                                       ("tmem-bench-capacity-base", "docs/runs/capacity")])
 def test_a_fixed_steps_profile_plans_the_committed_runs_cell_ids(slug, run):
     """The profile text a committed run was made with (its leaderboard entry keeps it) plans,
     with this suite, exactly the cells that run holds (its finals at the lrs it chose): a fixed

@@ -97,7 +97,7 @@ def test_every_figure_is_drawn(figures):
 
 def test_the_capacity_figure_is_the_only_per_level_view_of_the_writes(figures):
     """Trained at each W and evaluated there is the capacity figure; the per-level training view drew
-    the same points again (docs/capacity had both)."""
+    the same points again (docs/runs/capacity had both)."""
     _, drawn = figures
     assert capacity.AXIS == CAPACITY_AXIS
     assert "accuracy_coordinate_binding_trained" not in drawn

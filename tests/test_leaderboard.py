@@ -489,7 +489,7 @@ def test_settings_do_not_depend_on_the_order_of_the_cells(label):
     entry's settings from its smallest level, in whatever order submit and validate read the cells."""
     from tmem_bench.leaderboard.entry import settings
 
-    cells = Path(__file__).resolve().parents[1] / "docs" / "capacity" / "cells"
+    cells = Path(__file__).resolve().parents[1] / "docs" / "runs" / "capacity" / "cells"
     results = [r for r in (json.loads(p.read_text()) for p in sorted(cells.glob("*.json")))
                if r["cell"]["label"] == label]
     assert len({r["cell"]["train_level"]["n_writes"] for r in results}) == 4

@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", help="number of seeds (3) or a list of seeds (0,1,2)")
     run.add_argument("--steps", type=positive, help="training steps per cell")
     run.add_argument("--batch-size", type=positive, help="training batch size")
+    run.add_argument("--selection-only", action="store_true",
+                     help="train only the learning-rate trials and second selection seeds, write selection.json, stop")
     run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
     run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
     run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
@@ -183,6 +185,7 @@ def cmd_run(args) -> int:
         seeds=parse_seeds(args.seeds),
         steps=args.steps,
         batch_size=args.batch_size,
+        selection_only=args.selection_only or None,
     )
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)
