@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tmem_bench.cli import main
+from tmem_bench.errors import UsageError
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import derived, profile_id
 from tmem_bench.plan import cell_from_dict
@@ -327,3 +328,20 @@ def test_a_sparse_16_gib_file_is_refused_before_it_is_read(board, tmp_path, suff
     where = f"weights: weights file cells/{path.name}" if suffix == ".safetensors" else f"cells/{path.name}:"
     assert f"rejected: t-base: {where} is 17,179,869,184 bytes" in proc.stderr, proc.stderr
     assert "1 entry valid, 1 rejection(s)" in proc.stdout
+
+
+def test_show_and_load_entry_import_no_module_an_entry_names(board, evil, capsys):
+    from tmem_bench import load_entry
+
+    module, marker = evil
+    craft(board, cell=lambda c: c.update(task=f"{module}:Task"))
+    assert main(["leaderboard", "show", str(board / "entries" / "t-base")]) == 2
+    assert not marker.exists() and "--allow-module-names" not in capsys.readouterr().out
+    entry = load_entry(board / "entries" / "t-base")
+    with pytest.raises(UsageError):
+        entry.task(next(iter(entry.cells)))
+    assert not marker.exists()
+    # Trusted on request: the name is reached.
+    with pytest.raises(Exception) as raised:
+        load_entry(board / "entries" / "t-base", allow_module_names=True).task(next(iter(entry.cells)))
+    assert marker.exists(), raised.value

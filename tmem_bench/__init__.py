@@ -22,12 +22,13 @@ def load_results(run_dir):
     return RunDir(run_dir).table()
 
 
-def load_entry(path):
+def load_entry(path, allow_module_names: bool = False):
     """A leaderboard entry (leaderboard/entries/<slug>): `.entry`, `.cells`, `.table()`, `.model(cell_id)`
-    (built, with its trained weights) and `.reevaluate(cell_id=None)` (stored and recomputed numbers)."""
+    (built, with its trained weights) and `.reevaluate(cell_id=None)` (stored and recomputed numbers).
+    A `module:attribute` task or model the entry names is refused unless `allow_module_names`."""
     from .leaderboard.api import load_entry as load
 
-    return load(path)
+    return load(path, allow_module_names)
 
 
 register_envs()

@@ -59,6 +59,8 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                               help="an entry's cells with their stored numbers and those their weights give here")
     show.add_argument("entry", metavar="ENTRY", help="an entry folder, e.g. leaderboard/entries/<slug>")
     show.add_argument("--cell", metavar="ID", help="only this cell (default: every cell)")
+    show.add_argument("--allow-module-names", action="store_true",
+                      help="trust module:attribute task and model names in the entry (importing them runs their code)")
 
 
 def _print_rejections(validation) -> None:
@@ -100,7 +102,7 @@ def cmd_leaderboard(args) -> int:
     if args.action == "show":
         from .leaderboard.api import show
 
-        return show(args.entry, args.cell)
+        return show(args.entry, args.cell, args.allow_module_names)
     if args.action == "validate":
         validation = validate(args.path, args.allow_module_names, args.full, progress=True)
         _print_rechecked(validation)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..registry import module_names
 from ..results import read_cell, results_table
 from .weights import Unreachable, locate
 
@@ -26,6 +27,8 @@ class LoadedEntry:
     path: Path
     entry: dict  # entry.json
     cells: dict[str, dict]  # cell id -> its stored result (cells/<id>.json), in the entry's order
+    # An entry is someone else's: the `module:attribute` names it gives are imported only when asked.
+    allow_module_names: bool = False
 
     def result(self, cell_id: str) -> dict:
         if cell_id not in self.cells:
@@ -52,7 +55,8 @@ class LoadedEntry:
         from ..registry import get_task
 
         cell = self.result(cell_id)["cell"]
-        return get_task(cell["task"], **cell["task_options"])
+        with module_names(self.allow_module_names):
+            return get_task(cell["task"], **cell["task_options"])
 
     def model(self, cell_id: str):
         """The cell's model (a TaskModel: task adapter and backbone) with its trained weights, in eval mode."""
@@ -60,7 +64,8 @@ class LoadedEntry:
         from ..results import load_weights
         from ..train import build_model
 
-        model = build_model(cell_from_dict(self.result(cell_id)["cell"]))
+        with module_names(self.allow_module_names):
+            model = build_model(cell_from_dict(self.result(cell_id)["cell"]))
         try:
             load_weights(self.weights(cell_id), model)
         except ValueError as e:
@@ -78,7 +83,9 @@ class LoadedEntry:
         rows, rejections = [], []
         for cid in [cell_id] if cell_id is not None else list(self.cells):
             result = self.result(cid)
-            recomputed = reevaluate(result, self.weights(cid), lambda where, why: rejections.append(f"{where}: {why}"))
+            with module_names(self.allow_module_names):
+                recomputed = reevaluate(result, self.weights(cid),
+                                        lambda where, why: rejections.append(f"{where}: {why}"))
             if recomputed is None:
                 continue
             stored = {ev["level_key"]: ev for ev in result["eval"]}
@@ -95,9 +102,11 @@ class LoadedEntry:
         return table
 
 
-def load_entry(path) -> LoadedEntry:
+def load_entry(path, allow_module_names: bool = False) -> LoadedEntry:
     """An entry folder (leaderboard/entries/<slug>): its entry.json, its cells, a model with its
-    weights for any cell, and its re-evaluation; UsageError names what cannot be read."""
+    weights for any cell, and its re-evaluation; UsageError names what cannot be read. A task or
+    model the entry names as `module:attribute` is refused unless `allow_module_names` (importing
+    it runs its code)."""
     path = Path(path)
     try:
         entry = json.loads((path / "entry.json").read_text())
@@ -111,17 +120,17 @@ def load_entry(path) -> LoadedEntry:
             cells[cell_id] = read_cell(path / "cells" / f"{cell_id}.json")
         except (TypeError, ValueError) as e:
             raise UsageError(f"{path.name}: {e}") from None
-    return LoadedEntry(path, entry, cells)
+    return LoadedEntry(path, entry, cells, allow_module_names)
 
 
-def show(path, cell_id: str | None = None) -> int:
+def show(path, cell_id: str | None = None, allow_module_names: bool = False) -> int:
     """`tmem-bench leaderboard show`: each cell's stored and recomputed numbers, per level; exit
     status 1 when the re-evaluation rejects one."""
     import sys
 
     import pandas as pd
 
-    loaded = load_entry(path)
+    loaded = load_entry(path, allow_module_names)
     entry = loaded.entry
     if cell_id is not None:
         loaded.result(cell_id)
