@@ -80,7 +80,7 @@ def probe(backbone, config=SMALL):
 
 def test_the_probe_answers_every_query_from_a_state_that_holds_each_value_at_its_key():
     result = probe(ExactSlots())
-    assert result["status"] == PROBED and result["state"] == {"slots": [SLOTS, VALUES]}
+    assert result["status"] == PROBED and result["state_floats"] == SLOTS * VALUES
     assert result["probe_accuracy"] == 1.0
 
 

@@ -6,8 +6,9 @@ freezes a trained model, runs it over the evidence of a sequence (the tokens up 
 `task.reach_positions` marks as evidence), takes the recurrent state it then holds through the
 backbone's `memory_state` hook (`tmem_bench.model`), and trains a separate readout to answer the
 sequence's queries from that state and the query tokens alone. Where the readout answers what the
-model does not, the read was not learned; where both fail, the state no longer holds the items
-(as far as a readout of this capacity can find them).
+model does not, the items are in the state and the read was not learned; where both fail, the
+state is full only as far as this readout can tell, which is as far as it reads the states the
+model does read (compare the two where the model answers).
 
 The readout is the same for every memory (`Readout`, `ReadoutConfig`, `describe_readout`): the
 state's tensors flattened into one vector s and each query token q (the frozen adapter's
@@ -128,12 +129,6 @@ class StateReader:
                              f"{batch['target'].shape[1]} targets; the probe needs one answer token per target")
         return torch.cat(states), queries, batch["target"]
 
-    @torch.no_grad()
-    def shapes(self, batch: Batch) -> dict[str, list[int]]:
-        evidence, _ = self.task.reach_positions(self.level, batch)
-        state = self.model.memory_state(batch, int(evidence.nonzero().max()) + 1) or {}
-        return {name: list(t.shape[1:]) for name, t in sorted(state.items())}
-
 
 class Standardise:
     """Per-coordinate mean and spread of states and query tokens, from a calibration batch."""
@@ -159,7 +154,7 @@ def accuracy(readout: Readout, data) -> float:
 def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, config: ReadoutConfig,
                 train_task: Task | None = None) -> dict:
     """Train the readout on `model`'s frozen states at `level` and score it on `eval_batch`:
-    {"status", "probe_accuracy", "probe_validation_accuracy", "best_step", "state_floats", "state"}.
+    {"status", "probe_accuracy", "probe_validation_accuracy", "best_step", "state_floats"}.
     `train_task` (default `task`) draws the training sequences, with more queries each where it can."""
     if task.reach_positions(level, eval_batch) is None:
         return {"status": f"not probed: task {task.name!r} marks no evidence and answer tokens"}
@@ -168,7 +163,6 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
     evaluation = read(eval_batch)
     if evaluation is None:
         return {"status": NO_STATE}
-    shapes = read.shapes({k: v[:1] for k, v in eval_batch.items()})
     draw = StateReader(model, train_task, level)
     standardise = Standardise(*draw(train_task.sample(
         level, 1024, torch.Generator().manual_seed(probe_seed(task, level, "calibration"))))[:2])
@@ -193,7 +187,7 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
                 best = (score, step, {k: v.clone() for k, v in readout.state_dict().items()})
     readout.load_state_dict(best[2])
     return {"status": PROBED, "probe_accuracy": accuracy(readout, evaluation), "probe_validation_accuracy": best[0],
-            "best_step": best[1], "state_floats": evaluation[0].shape[1], "state": shapes}
+            "best_step": best[1], "state_floats": evaluation[0].shape[1]}
 
 
 def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig) -> dict:
@@ -290,7 +284,7 @@ def document(rows, config: ReadoutConfig) -> dict:
 
 
 ROW_FIELDS = {"label", "seed", "accuracy", "probe_accuracy", "chance", "status", "probe_validation_accuracy",
-              "best_step", "state_floats", "state", "wall_time_s", "cell_id"}
+              "best_step", "state_floats", "wall_time_s", "cell_id"}
 
 
 def summary(doc: dict) -> list[list]:
