@@ -102,12 +102,13 @@ def test_estimate_arithmetic_and_schedule(quick_plan, tmp_path):
 
 
 def test_finals_wait_for_their_trials():
-    plan = plan_run("coordinate_binding", "study", Overrides(models=["base"], steps=100))
+    plan = plan_run("coordinate_binding", "study_converge", Overrides(models=["base"], steps=100))
     rows = plan_rows(plan.cells, plan.searches)
     per_cell = 1.0 + 100 * 0.01 + 2.0
     n_first, n_finals = len(plan.cells), sum(len(s.seeds) for s in plan.searches)
     workers = n_first + n_finals  # enough for every cell at once, were there no later stages
-    # The study's second selection seeds wait for the trials, and the finals for them.
+    # The study's second selection seeds wait for the trials, and the finals for them (in
+    # study_converge; `study` itself has no second seeds).
     assert estimate(rows, FixedCost(), workers).wall_s == pytest.approx(3 * per_cell)
 
 
