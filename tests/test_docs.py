@@ -81,3 +81,12 @@ def test_the_cheap_shown_commands_run(tmp_path, capsys):
     assert main([*argv(CHEAP), "--seeds", "1", "--steps", "2", "--out", str(run)]) == 0
     assert (run / "report.md").is_file() and len(list((run / "cells").glob("*.json"))) == 4  # two levels, two variants
     assert main(["report", str(run)]) == 0
+
+
+def test_every_relative_link_of_the_pages_exists():
+    missing = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not target.startswith(("http://", "https://")) and not (page.parent / target).exists():
+                missing.append(f"{page.name} -> {target}")
+    assert not missing, missing
