@@ -34,7 +34,8 @@ def shown_commands() -> list[tuple[str, str]]:
 
 def argv(command: str) -> list[str]:
     """The arguments after `tmem-bench`, optional parts (`[--flag VALUE]`) left out."""
-    words = shlex.split(re.sub(r"\[[^\]]*\]", "", command))
+    # A shell substitution, $(...), gives arguments only a shell can know: left out too.
+    words = shlex.split(re.sub(r"\$\([^)]*\)|\[[^\]]*\]", "", command))
     while "=" in words[0]:  # an environment variable set for the command
         words.pop(0)
     return words[1:]
