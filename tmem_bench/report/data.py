@@ -93,8 +93,7 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
     table_rows, history_rows, gate_rows, axes, axis_is_int, options = [], [], [], {}, {}, {}
     for result in results:
         loop_rate = _loop_steps_per_s(result)
-        ran = steps_run(result)
-        table_rows += [{**row, "loop_steps_per_s": loop_rate, "steps_run": ran} for row in rows(result)]
+        table_rows += [{**row, "loop_steps_per_s": loop_rate} for row in rows(result)]
         history_rows += _history_rows(result)
         gate_rows += _gate_rows(result)
         cell = result["cell"]
@@ -118,15 +117,6 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
                 table[f"train_{axis}"] = table[f"train_{axis}"].astype("Int64")
     return RunData(Path(run_dir), manifest, table, pd.DataFrame(history_rows), pd.DataFrame(gate_rows), axes,
                    list(problems or []), len(results), options)
-
-
-def steps_run(result: dict) -> int:
-    """The steps a cell trained for: its own record where training may stop early, else the steps
-    it was configured with (a fixed budget runs them all)."""
-    ran = result.get("steps_run")
-    if isinstance(ran, int) and not isinstance(ran, bool):
-        return ran
-    return int(result["cell"]["train"]["steps"])
 
 
 def _loop_steps_per_s(result: dict) -> float:
