@@ -10,6 +10,6 @@ import tmem_bench  # noqa: E402
 if not (Path(tmem_bench.__file__).parent / "tasks").is_dir():
     tmem_bench.__path__.append(str(root))
 
-from tmem_bench.cli import main  # noqa: E402
+from tmem_bench.cli import main
 
 sys.exit(main())

@@ -18,7 +18,7 @@ are solved at once with one unit-lower-triangular system (the UT transform),
 across chunks the state is carried. `gated_delta_recurrent` is the same function
 token by token, the reference the chunked form must match.
 
-A recurrent mixer (`tmem_bench.recurrent`): a task's `blocked` mask has no
+A recurrent mixer (`tmem_bench.contracts.recurrent`): a task's `blocked` mask has no
 attention edges to remove here. The factory solves the MLP width so that the model
 has the parameter count of `tensor` (default memory) at the same d_model, n_layers
 and n_heads (`tmem_bench.tensor_memory.params`); pass `mlp_ratio` to choose the
@@ -32,9 +32,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
+from tmem_bench.contracts.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
+from tmem_bench.contracts.transformer import TransformerConfig
 from tmem_bench.tensor_memory.params import build_matched
-from tmem_bench.transformer import TransformerConfig
 
 
 @dataclass

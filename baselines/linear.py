@@ -6,7 +6,7 @@ so inference carries no cache that grows with the sequence. Training uses the ch
 form: within a chunk the masked quadratic product, across chunks the state summed over
 earlier chunks. Both give the same numbers as the token-by-token recurrence.
 
-A recurrent mixer (`tmem_bench.recurrent`): a task's `blocked` mask does not apply
+A recurrent mixer (`tmem_bench.contracts.recurrent`): a task's `blocked` mask does not apply
 to its state (the contract removes softmax edges only).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.recurrent import RecurrentTransformer
-from tmem_bench.transformer import TransformerConfig
+from tmem_bench.contracts.recurrent import RecurrentTransformer
+from tmem_bench.contracts.transformer import TransformerConfig
 
 
 @dataclass

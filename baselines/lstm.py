@@ -45,7 +45,7 @@ class LSTM(nn.Module):
         return self.ln_f(y)
 
     def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The state hook (`tmem_bench.model`): h and the cell c of every layer after the last
+        """The state hook (`tmem_bench.contracts.model`): h and the cell c of every layer after the last
         token, (B, n_layers, d) each."""
         _, (h, c) = self.lstm(x)
         return {"h": h.transpose(0, 1), "c": c.transpose(0, 1)}

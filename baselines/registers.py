@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tmem_bench.transformer import Transformer, TransformerConfig, attention_mask
+from tmem_bench.contracts.transformer import Transformer, TransformerConfig, attention_mask
 
 
 @dataclass

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.transformer import Block, Transformer, TransformerConfig, attention_mask
+from tmem_bench.contracts.transformer import Block, Transformer, TransformerConfig, attention_mask
 
 UPDATES = ("prefix", "recurrent")
 
@@ -116,7 +116,7 @@ class SlotsTransformer(Transformer):
         return self._forward_recurrent(x, blocked)
 
     def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The state hook (`tmem_bench.model`), the slots after the last token, (B, n_slots, d) each:
+        """The state hook (`tmem_bench.contracts.model`), the slots after the last token, (B, n_slots, d) each:
         "prefix", the version every writing layer leaves there ("layer<i>"); "recurrent", the slot
         state after the last chunk's update ("slots"), which no token of the sequence reads."""
         states = []

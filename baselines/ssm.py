@@ -29,9 +29,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
+from tmem_bench.contracts.recurrent import RecurrentTransformer, ShortConv, balanced_chunk, inverse_softplus_dt
+from tmem_bench.contracts.transformer import TransformerConfig
 from tmem_bench.tensor_memory.params import build_matched
-from tmem_bench.transformer import TransformerConfig
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """`base` and `local`: the plain causal transformer, with full or sliding-window attention."""
 from __future__ import annotations
 
-from tmem_bench.transformer import Transformer
+from tmem_bench.contracts.transformer import Transformer
 
 base = Transformer.build
 

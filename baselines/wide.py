@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from tmem_bench.contracts.transformer import Transformer, TransformerConfig
 from tmem_bench.tensor_memory.params import match_tensor
-from tmem_bench.transformer import Transformer, TransformerConfig
 
 
 def base_wide(d_model: int, n_layers: int, n_heads: int, dropout: float = 0.1, **memory_options) -> Transformer:

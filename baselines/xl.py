@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tmem_bench.transformer import Block, CausalSelfAttention, Transformer, TransformerConfig
+from tmem_bench.contracts.transformer import Block, CausalSelfAttention, Transformer, TransformerConfig
 
 
 @dataclass

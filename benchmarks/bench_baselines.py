@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from tmem_bench.plan import Cell
+from tmem_bench.harness.plan import Cell
+from tmem_bench.harness.train import build_model, loss_and_accuracy
 from tmem_bench.registry import get_task, task_names
-from tmem_bench.train import build_model, loss_and_accuracy
 
 BASELINES = ("base", "base_wide", "slots", "local", "linear", "xl", "registers", "lstm", "delta", "ssm")
 SETTINGS = {

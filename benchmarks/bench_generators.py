@@ -18,11 +18,11 @@ import time
 
 import torch
 
-from tmem_bench.model import TaskModel
-from tmem_bench.plan import make_plan
+from tmem_bench.contracts.model import TaskModel
+from tmem_bench.contracts.task import level_key
+from tmem_bench.harness.plan import make_plan
+from tmem_bench.harness.train import loss_and_accuracy
 from tmem_bench.registry import get_backbone, get_task
-from tmem_bench.task import level_key
-from tmem_bench.train import loss_and_accuracy
 
 
 def median_time(fn, repeats: int) -> float:

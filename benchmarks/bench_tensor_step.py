@@ -38,11 +38,11 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from tmem_bench.model import TaskModel
+from tmem_bench.contracts.model import TaskModel
+from tmem_bench.harness.train import EVAL_BATCH, evaluate, loss_and_accuracy
 from tmem_bench.registry import get_backbone, get_task
 from tmem_bench.tensor_memory import native, torch_scan
 from tmem_bench.tensor_memory.naive import naive_twin
-from tmem_bench.train import EVAL_BATCH, evaluate, loss_and_accuracy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The vector extensions that decide which kernels are fast here.

@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tmem_bench.rundir import RunDir
+from tmem_bench.harness.rundir import RunDir
 
 
 def load(run_dir: Path) -> dict[str, dict]:

@@ -19,13 +19,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tmem_bench.dryrun import fmt_duration
 from tmem_bench.errors import UsageError
-from tmem_bench.estimate import Cost, estimate, plan_rows
+from tmem_bench.harness.dryrun import fmt_duration
+from tmem_bench.harness.estimate import Cost, estimate, plan_rows
+from tmem_bench.harness.plan import Overrides, plan_run
+from tmem_bench.harness.results import steps_run
+from tmem_bench.harness.rundir import RunDir
 from tmem_bench.levels import level_key
-from tmem_bench.plan import Overrides, plan_run
-from tmem_bench.results import steps_run
-from tmem_bench.rundir import RunDir
 
 
 def _key(cell: dict) -> tuple:

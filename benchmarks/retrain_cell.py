@@ -8,9 +8,9 @@ when any number differs.
 import argparse
 import sys
 
-from tmem_bench.plan import cell_from_dict
-from tmem_bench.results import read_cell
-from tmem_bench.train import run_cell
+from tmem_bench.harness.plan import cell_from_dict
+from tmem_bench.harness.results import read_cell
+from tmem_bench.harness.train import run_cell
 
 
 def main() -> int:

@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from tmem_bench.rundir import RunDir
-from tmem_bench.selection import one_seed_lr
+from tmem_bench.harness.rundir import RunDir
+from tmem_bench.harness.selection import one_seed_lr
 
 
 def load(run_dir: Path) -> dict[tuple, dict]:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-
+from tmem_bench.contracts.task import Adapter, Batch, Level, Task
 from tmem_bench.errors import check_float, check_int
-from tmem_bench.task import Adapter, Batch, Level, Task
 
 
 class CoordinateBindingAdapter(Adapter):

@@ -44,9 +44,8 @@ import torch
 import torch.nn as nn
 from gymnasium import spaces
 
+from tmem_bench.contracts.task import Adapter, Batch, Level, Task
 from tmem_bench.errors import UsageError, check_float, check_int
-
-from tmem_bench.task import Adapter, Batch, Level, Task
 
 GRID = 8
 WINDOW = 2

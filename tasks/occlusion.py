@@ -45,9 +45,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from tmem_bench.contracts.task import Adapter, Batch, Level, Task
 from tmem_bench.errors import UsageError, check_int
-
-from tmem_bench.task import Adapter, Batch, Level, Task
 
 SIZE = 16
 BALL = 2

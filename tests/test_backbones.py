@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tmem_bench import conformance
+from tmem_bench.diagnostics import conformance
+from tmem_bench.diagnostics.causality import causality_probe
 from tmem_bench.errors import UsageError
-from tmem_bench.probe import causality_probe
+from tmem_bench.harness.plan import profile_state_lengths
 from tmem_bench.registry import BACKBONES, backbone_names, get_backbone
 
 D, LAYERS, HEADS, S = 16, 2, 2, 16
@@ -51,7 +52,8 @@ def test_every_agreed_model_is_registered():
 
 
 def spec(name: str) -> conformance.Spec:
-    return conformance.Spec(d_model=D, n_layers=LAYERS, n_heads=HEADS, seq_len=S, batch=2, options=TINY.get(name, {}))
+    return conformance.Spec(d_model=D, n_layers=LAYERS, n_heads=HEADS, seq_len=S, batch=2, options=TINY.get(name, {}),
+                            state_lengths=profile_state_lengths())
 
 
 def passes(check, name: str) -> None:
@@ -243,7 +245,7 @@ def test_base_wide_build_does_not_shift_the_seed():
     # weights are those of a plain transformer of its width built from the same seed.
     if "tensor" not in NAMES:
         pytest.skip("base_wide is matched to `tensor`, which is not registered")
-    from tmem_bench.transformer import Transformer
+    from tmem_bench.contracts.transformer import Transformer
 
     wide = build("base_wide", seed=0)
     torch.manual_seed(0)
@@ -370,7 +372,7 @@ def test_list_params_shows_base_wide_matched_to_tensor(capsys):
     import re
 
     from tmem_bench.cli import main
-    from tmem_bench.plan import load_profile
+    from tmem_bench.harness.plan import load_profile
 
     assert main(["list", "--params"]) == 0
     out = capsys.readouterr().out
@@ -383,7 +385,7 @@ def test_list_params_shows_base_wide_matched_to_tensor(capsys):
 
 
 def test_probe_positions_cover_both_ends_and_reject_too_few():
-    from tmem_bench.probe import probe_positions
+    from tmem_bench.diagnostics.causality import probe_positions
 
     positions = probe_positions(500, 10, torch.Generator().manual_seed(0))
     assert len(positions) == 10 and positions[0] == 1 and positions[-1] == 499

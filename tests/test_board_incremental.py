@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_leaderboard import empty_board, tiny_run
+
 from tmem_bench.cli import main
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.cache import CACHE_FILE
@@ -93,12 +93,12 @@ def test_a_changed_cell_or_weights_file_is_re_evaluated(board, evaluated):
 
 def test_a_changed_suite_torch_or_cpu_re_evaluates_everything(board, evaluated, monkeypatch):
     validate(board)
-    import tmem_bench.version as version
+    import tmem_bench.contracts.device as device
     import tmem_bench.leaderboard.cache as cache
-    import tmem_bench.train as train
+    import tmem_bench.version as version
 
     changes = [(version, "__version__", "0.1.1"), (cache, "source_digest", lambda: "edited"),
-               (sys.modules["torch"], "__version__", "9.9.9"), (train, "hardware", lambda device: "another CPU, AVX2")]
+               (sys.modules["torch"], "__version__", "9.9.9"), (device, "hardware", lambda device: "another CPU, AVX2")]
     for module, name, value in changes:
         evaluated.clear()
         monkeypatch.setattr(module, name, value)

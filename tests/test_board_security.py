@@ -21,10 +21,10 @@ import pytest
 
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
+from tmem_bench.harness.plan import cell_from_dict
+from tmem_bench.harness.results import read_cell, write_json
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import derived, profile_id
-from tmem_bench.plan import cell_from_dict
-from tmem_bench.results import read_cell, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "leaderboard" / "entry.schema.json"

@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 
 from tmem_bench.leaderboard.page import render_page
-from tmem_bench.report.colors import (
-    BUILTIN_COLORS, DISTINCT, SIMILAR, delta_e, lab, label_colors, label_markers, model_colors,
-)
+from tmem_bench.report.colors import (BUILTIN_COLORS, DISTINCT, SIMILAR, delta_e, lab, label_colors, label_markers,
+                                      model_colors)
 from tmem_bench.report.figures import Style
 
 # The labels of the capacity run (docs/runs/capacity), where base, tensor_grid4 and tensor_local were three

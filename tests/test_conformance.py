@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tmem_bench import conformance, conformance_tasks
 from tmem_bench.cli import main
+from tmem_bench.contracts.task import Adapter, Task
+from tmem_bench.diagnostics import conformance, conformance_tasks
 from tmem_bench.errors import check_int
 from tmem_bench.registry import BACKBONES, backbone_names
-from tmem_bench.task import Adapter, Task
 
 
 class Toy(nn.Module):

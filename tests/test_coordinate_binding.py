@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from tmem_bench.contracts.task import MAX_TRAIN_SEED, fingerprint
 from tmem_bench.errors import UsageError
 from tmem_bench.registry import get_task
-from tmem_bench.task import MAX_TRAIN_SEED, fingerprint
 
 LEVEL = {"n_writes": 20, "noise": 0.05}
 

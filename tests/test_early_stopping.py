@@ -12,15 +12,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tmem_bench import convergence as convergence_module
-from tmem_bench import runner
-from tmem_bench.convergence import load_early_stop, load_rule, should_stop
-from tmem_bench.dryrun import fmt_duration
-from tmem_bench.estimate import Cost, estimate, plan_rows
+from tmem_bench.diagnostics import convergence as convergence_module
+from tmem_bench.diagnostics.convergence import load_early_stop, load_rule, should_stop
+from tmem_bench.harness import runner
+from tmem_bench.harness.dryrun import fmt_duration
+from tmem_bench.harness.estimate import Cost, estimate, plan_rows
+from tmem_bench.harness.plan import Overrides, make_plan, plan_task_searches
+from tmem_bench.harness.rundir import RunDir
+from tmem_bench.harness.train import run_cell
 from tmem_bench.levels import level_key
-from tmem_bench.plan import Overrides, make_plan, plan_task_searches
-from tmem_bench.rundir import RunDir
-from tmem_bench.train import run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = load_early_stop()

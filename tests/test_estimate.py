@@ -6,12 +6,12 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from tmem_bench.dryrun import fmt_levels
-from tmem_bench.estimate import Affine, Cost, MeasuredCost, estimate, plan_rows
-from tmem_bench.plan import Overrides, plan_run
-from tmem_bench.results import write_json
-from tmem_bench.train import hardware
-from tmem_bench.rundir import RunDir
+from tmem_bench.contracts.device import hardware
+from tmem_bench.harness.dryrun import fmt_levels
+from tmem_bench.harness.estimate import Affine, Cost, MeasuredCost, estimate, plan_rows
+from tmem_bench.harness.plan import Overrides, plan_run
+from tmem_bench.harness.results import write_json
+from tmem_bench.harness.rundir import RunDir
 
 
 class FixedCost:

@@ -18,12 +18,12 @@ from rich.console import Console
 
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
-from tmem_bench.executors import ExecutorOptions, usable
-from tmem_bench.plan import Overrides, make_plan
+from tmem_bench.harness.executors.base import ExecutorOptions, usable
+from tmem_bench.harness.plan import Overrides, make_plan
+from tmem_bench.harness.results import read_cell
+from tmem_bench.harness.rundir import RunDir
+from tmem_bench.harness.runner import run_plan
 from tmem_bench.report.data import load_run
-from tmem_bench.results import read_cell
-from tmem_bench.rundir import RunDir
-from tmem_bench.runner import run_plan
 
 SWEEP = """
 [train]
@@ -164,7 +164,7 @@ def test_ray_tasks_give_the_serial_numbers(sweep, local_ray, tmp_path):
 
 def test_a_killed_ray_driver_leaves_none_of_its_local_rays_processes(tmp_path):
     need("ray")
-    from tmem_bench.reaper import descendants
+    from tmem_bench.harness.executors.reaper import descendants
 
     (tmp_path / "held_plugin.py").write_text(PLUGIN)
     profile = sweep_profile(tmp_path, '[{ name = "held_plugin:model", label = "held" }]')
@@ -307,7 +307,9 @@ def test_a_dead_worker_fails_only_its_cell_and_the_pool_is_rebuilt_for_the_other
 
 def test_the_slurm_settings_reach_sbatch(tmp_path, monkeypatch):
     need("submitit")
-    from tmem_bench.executors import SubmititJobs, minutes, sbatch_options
+    from tmem_bench.cli.args import sbatch_options
+    from tmem_bench.harness.executors.base import minutes
+    from tmem_bench.harness.executors.slurm import SubmititJobs
 
     bin_dir = tmp_path / "bin"  # stand-ins, so that submitit believes it is on a login node
     bin_dir.mkdir()

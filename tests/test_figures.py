@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from matplotlib.colors import to_hex
 
+from tmem_bench.harness.results import read_cell, write_json
 from tmem_bench.registry import BACKBONES, BUILTIN_MODELS, backbone_names
 from tmem_bench.report import capacity
 from tmem_bench.report.colors import BUILTIN_COLORS, label_colors, model_colors
 from tmem_bench.report.data import load_run
 from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, draw_figures
 from tmem_bench.report.profiles import profile_labels
-from tmem_bench.results import read_cell, write_json
 
 # A long variant, as the planner names one by its changed options, is what used to overflow.
 LONG = "block_queries=True,encoding=cells,n_queries=8"

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tmem_bench.probe import causality_probe
+from tmem_bench.diagnostics.causality import causality_probe
 
 CLI = [sys.executable, "-m", "tmem_bench.cli"]
 
@@ -508,7 +508,7 @@ def test_report_submit_and_build_in_a_read_only_folder_are_one_line(tmpfs, finis
 
 def test_report_refuses_a_run_directory_another_process_holds(finished_run, tmp_path):
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    hold = ("import sys, time\nfrom tmem_bench.rundir import RunDir\n"
+    hold = ("import sys, time\nfrom tmem_bench.harness.rundir import RunDir\n"
             "with RunDir(sys.argv[1]).lock():\n    print('held', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", hold, "run"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
@@ -535,7 +535,7 @@ def test_a_report_killed_midway_leaves_a_staging_folder_the_next_report_removes(
 
 def test_jobs_names_a_driver_only_while_it_runs(finished_run, tmp_path, capsys):
     from tmem_bench.cli import main
-    from tmem_bench.rundir import RunDir
+    from tmem_bench.harness.rundir import RunDir
 
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
     pid = json.loads((tmp_path / "run" / "jobs.json").read_text())["driver"]["pid"]
@@ -564,7 +564,7 @@ def test_jobs_of_slurm_without_submitit_names_the_extra(tmp_path, monkeypatch, c
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_the_atomic_writer_honours_the_umask(tmp_path, umask, mode):
-    from tmem_bench.results import write_atomic
+    from tmem_bench.harness.results import write_atomic
 
     previous = os.umask(umask)
     try:
@@ -579,8 +579,8 @@ def test_console_lines_keep_the_variant_in_brackets(tmp_path):
 
     from rich.console import Console
 
-    from tmem_bench.plan import make_plan
-    from tmem_bench.runner import run_plan
+    from tmem_bench.harness.plan import make_plan
+    from tmem_bench.harness.runner import run_plan
 
     profile = tiny_profile(tmp_path, extra="variants = [{}, { block_queries = true }]\n")
     console = Console(file=io.StringIO(), width=400)

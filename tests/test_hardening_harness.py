@@ -17,8 +17,8 @@ import torch
 
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
+from tmem_bench.harness.rundir import RunDir
 from tmem_bench.report import load_run, write_report
-from tmem_bench.rundir import RunDir
 
 GRID = """
 [train]
@@ -118,7 +118,7 @@ def test_a_learning_rate_out_of_range_is_refused_before_anything_runs(tmp_path, 
 
 
 def test_the_largest_learning_rate_allowed_plans(tmp_path):
-    from tmem_bench.plan import plan_run
+    from tmem_bench.harness.plan import plan_run
 
     profile = tmp_path / "p.toml"
     profile.write_text(GRID.replace("lr = [1e-3, 1e-2]", "lr = [1e-3, 10]"))

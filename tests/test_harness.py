@@ -5,12 +5,12 @@ import pytest
 import torch
 
 import tmem_bench
-from tmem_bench import runner
 from tmem_bench.errors import UsageError
-from tmem_bench.plan import Overrides, check_model, make_plan
-from tmem_bench.results import rows
-from tmem_bench.rundir import RunDir
-from tmem_bench.train import run_cell
+from tmem_bench.harness import runner
+from tmem_bench.harness.plan import Overrides, check_model, make_plan
+from tmem_bench.harness.results import rows
+from tmem_bench.harness.rundir import RunDir
+from tmem_bench.harness.train import run_cell
 
 TINY = Overrides(models=["base"], levels={"n_writes": [3, 5]}, steps=4, batch_size=8)
 

@@ -1,4 +1,4 @@
-"""The shape of the codebase: no import cycles, small modules, foundations in the core.
+"""The shape of the codebase: layers, no import cycles, small modules, no private names shared.
 
 Imports are read from the source (every `import`, at the top of a module or inside a
 function: a lazy import is still a dependency), so the checks need no import to run.
@@ -107,13 +107,65 @@ def in_package(graph: dict[str, set[str]], package: str) -> list[str]:
     return [m for m in graph if m == package or m.startswith(package + ".")]
 
 
-def test_the_core_does_not_import_plugins():
-    """The task contract, the transformer every model is built from and the bases of memories
-    (beside attention, or in its place) live in the core."""
-    graph = import_graph()
-    core = ("tmem_bench.task", "tmem_bench.transformer", "tmem_bench.memory", "tmem_bench.recurrent", "tmem_bench.model")
-    for name in [*core, *in_package(graph, "tmem_bench.tensor_memory")]:
-        assert not any(m.startswith(("tmem_bench.tasks", "tmem_bench.baselines")) for m in graph[name]), name
+# The layers, lowest first: a module imports from its own layer or a lower one, never a higher.
+# The package's __init__ (its public face: `load_entry`, `load_results`) stands outside them.
+LAYERS = (
+    ("plumbing", ("tmem_bench.version", "tmem_bench.errors", "tmem_bench.levels", "tmem_bench.schema",
+                  "tmem_bench.registry")),
+    ("contracts", ("tmem_bench.contracts",)),
+    ("models and tasks", ("tmem_bench.tensor_memory", "tmem_bench.baselines", "tmem_bench.tasks")),
+    ("diagnostics", ("tmem_bench.diagnostics",)),
+    ("harness", ("tmem_bench.harness",)),
+    ("report", ("tmem_bench.report",)),
+    ("leaderboard", ("tmem_bench.leaderboard",)),
+    ("cli", ("tmem_bench.cli",)),
+)
+
+
+def layer(name: str) -> int | None:
+    for i, (_, prefixes) in enumerate(LAYERS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{name} ({LAYERS[layer(name)][0]}) imports {target} ({LAYERS[layer(target)][0]})"
+            for name, imported in sorted(graph.items()) if layer(name) is not None
+            for target in sorted(imported) if layer(target) is not None and layer(target) > layer(name)]
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in import_graph() if layer(m) is None] == ["tmem_bench"]
+
+
+def test_no_module_imports_from_a_higher_layer():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_check_can_fail():
+    planted = {"tmem_bench.contracts.task": {"tmem_bench.harness.plan"}, "tmem_bench.harness.plan": set()}
+    assert upward_imports(planted) == ["tmem_bench.contracts.task (contracts) imports tmem_bench.harness.plan (harness)"]
+
+
+def private_imports(name: str, path: Path) -> list[str]:
+    """`from M import _x` in module `name`, M being another module of the package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("tmem_bench")):
+            found += [f"{name} imports {alias.name} from {'.' * node.level}{node.module or ''}"
+                      for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    assert [line for name, path in sorted(modules().items()) for line in private_imports(name, path)] == []
+
+
+def test_the_private_import_check_can_fail(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("from .figures import _finish, Style\nfrom .version import __version__\n")
+    assert private_imports("tmem_bench.report.m", planted) == ["tmem_bench.report.m imports _finish from .figures"]
 
 
 def test_only_models_import_tensor_memory():

@@ -11,10 +11,10 @@ import jsonschema
 import pytest
 
 from tmem_bench.cli import main
+from tmem_bench.harness.results import read_cell, write_json
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import builtin_profile_text, derived, profile_id
 from tmem_bench.leaderboard.page import render_page
-from tmem_bench.results import read_cell, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "leaderboard" / "entry.schema.json"

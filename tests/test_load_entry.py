@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_leaderboard import ROOT, empty_board, tiny_run
 
 import tmem_bench
-from test_leaderboard import ROOT, empty_board, tiny_run
 from tmem_bench.cli import main
+from tmem_bench.contracts.device import hardware
+from tmem_bench.contracts.model import TaskModel
 from tmem_bench.errors import UsageError
+from tmem_bench.harness.train import evaluate
 from tmem_bench.leaderboard import api
 from tmem_bench.leaderboard.reeval import ACCURACY_TOLERANCE
-from tmem_bench.model import TaskModel
-from tmem_bench.train import evaluate, hardware
 
 
 def documented_example() -> str:

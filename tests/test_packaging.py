@@ -28,7 +28,7 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"tmem_bench"}
     for module in ("tmem_bench/tasks/coordinate_binding.py", "tmem_bench/baselines/transformer.py",
-                   "tmem_bench/profiles/quick.toml", "tmem_bench/cli.py"):
+                   "tmem_bench/profiles/quick.toml", "tmem_bench/cli/__init__.py"):
         assert module in names
     has_native = has_native_extension(wheel)
     assert has_native or c_compiler() is None, "a C compiler is here but the wheel lacks the native extension"

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tmem_bench.harness.plan import Overrides, make_plan
+from tmem_bench.harness.runner import run_plan
 from tmem_bench.leaderboard.reeval import reevaluate
-from tmem_bench.plan import Overrides, make_plan
-from tmem_bench.runner import run_plan
 
 PROFILE = """
 [train]
@@ -231,6 +231,7 @@ def test_every_profiles_memory_forcing_tables_lead_the_board(tmp_path):
 
 def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_path, capsys):
     from test_leaderboard import tiny_run
+
     from tmem_bench.cli import main
 
     run_dir, board = tiny_run(tmp_path), _board(tmp_path)
@@ -251,8 +252,9 @@ def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_p
 def test_a_preview_of_an_unfinished_run_is_refused_before_the_board_is_validated(tmp_path, capsys, monkeypatch):
     """Validating the board re-evaluates every entry (minutes); a run that could not be submitted is
     refused first, in a line, without it."""
-    import tmem_bench.leaderboard as leaderboard
     from test_leaderboard import tiny_run
+
+    import tmem_bench.leaderboard as leaderboard
     from tmem_bench.cli import main
 
     run_dir, board = tiny_run(tmp_path), _board(tmp_path)

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from tmem_bench import load_results
-from tmem_bench.report import (
-    INCONCLUSIVE, REFUTED, RULES, SUPPORTED, Style, accuracy_figure, bootstrap_ci, bootstrap_diff_ci, check_claim,
-    check_claims, compare, curve_data, generalisation_view, load_claims, load_run, no_harm_verdict, summary_frame,
-    summary_table, training_view, write_report,
-)
-from tmem_bench.results import write_json
+from tmem_bench.harness.results import write_json
+from tmem_bench.report import (INCONCLUSIVE, REFUTED, RULES, SUPPORTED, Style, accuracy_figure, bootstrap_ci,
+                               bootstrap_diff_ci, check_claim, check_claims, compare, curve_data, generalisation_view,
+                               load_claims, load_run, no_harm_verdict, summary_frame, summary_table, training_view,
+                               write_report)
 
 CLI = [sys.executable, "-m", "tmem_bench.cli"]
 AXES = {"coordinate_binding": ("n_writes", "noise"), "occlusion": ("occlusion_len",),
@@ -31,7 +30,7 @@ def options_of(variant: str) -> dict:
 
 
 class RunBuilder:
-    """Writes cell JSONs in the schema of tmem_bench.train.run_cell, with chosen accuracies."""
+    """Writes cell JSONs in the schema of tmem_bench.harness.train.run_cell, with chosen accuracies."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
@@ -453,7 +452,7 @@ def test_report_command(tmp_path, capsys):
 
 def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
     from tmem_bench.cli import main
-    from tmem_bench.runner import command_as_typed
+    from tmem_bench.harness.runner import command_as_typed
 
     args = ["run", "coordinate_binding", "--models", "base", "--steps", "2", "--batch-size", "4",
             "--level", "n_writes=2", "--out", str(tmp_path / "run")]
@@ -511,12 +510,12 @@ def test_every_claim_is_data_decided_by_a_known_rule():
 
 
 def test_command_as_typed_has_no_machine_paths():
-    from tmem_bench.runner import command_as_typed
+    from tmem_bench.harness.runner import command_as_typed
 
     assert command_as_typed(["/opt/venv/bin/tmem-bench", "run", "all"]) == ["tmem-bench", "run", "all"]
     assert command_as_typed(["/home/me/tmem-bench/cli.py", "report", "runs/x"]) == ["python", "cli.py", "report",
                                                                                      "runs/x"]
-    assert command_as_typed(["/site-packages/tmem_bench/cli.py", "list"], module="tmem_bench.cli") == [
+    assert command_as_typed(["/site-packages/tmem_bench/cli/__init__.py", "list"], module="tmem_bench.cli") == [
         "python", "-m", "tmem_bench.cli", "list"]
     assert not command_as_typed()[0].startswith("/")
 
@@ -526,7 +525,7 @@ def test_missing_cells_are_named_from_the_manifest_without_building_a_model(tmp_
     b.cell("occlusion", "base", 0, (0,), {(0,): 0.9, (6,): 0.5})
     b.manifest(extra=[("fedcba9876543210", "occlusion tensor @ occlusion_len=0 seed 0")])
     code = (f"import sys; from tmem_bench.report import write_report; r = write_report({str(tmp_path)!r}); "
-            f"print(r.problems); print(sorted(m for m in ('torch', 'tmem_bench.plan') if m in sys.modules))")
+            f"print(r.problems); print(sorted(m for m in ('torch', 'tmem_bench.harness.plan') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     problems, imported = proc.stdout.strip().splitlines()

@@ -3,13 +3,12 @@ trained here): the table's largest W per threshold, the marks of unconverged poi
 import json
 
 import pytest
-
 from test_report import CHANCE, RunBuilder
+
 from tmem_bench.report import load_run, write_report
+from tmem_bench.report.capacity import (THRESHOLDS, build_capacity_figures, capacity_groups, capacity_rows,
+                                        capacity_section, capacity_table)
 from tmem_bench.report.rules import check_claim
-from tmem_bench.report.capacity import (
-    THRESHOLDS, build_capacity_figures, capacity_groups, capacity_rows, capacity_section, capacity_table,
-)
 
 VARIANT = "block_queries=True"
 NOISE = 0.05

@@ -5,11 +5,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from test_report import CHANCE, RunBuilder
-from tmem_bench.report import INCONCLUSIVE, load_power, load_run, power_rows, power_summary, write_report
-from tmem_bench.plan import LRSearch, cell_from_dict
+
+from tmem_bench.harness.plan import LRSearch, cell_from_dict
+from tmem_bench.report import INCONCLUSIVE, load_power, load_run
 from tmem_bench.report import power as power_module
+from tmem_bench.report import power_rows, power_summary, write_report
 from tmem_bench.report.stats import BUDGET
 
 GATES = {"layer0": 0.6, "layer1": 0.6}
@@ -239,7 +240,7 @@ def as_planned(run_dir: Path, cell_id: str, accuracy: float, lr: float | None = 
 
 
 def write_selection(run_dir: Path, trials: list, seeds: tuple, results: dict) -> None:
-    from tmem_bench.selection import choose
+    from tmem_bench.harness.selection import choose
 
     record = choose(LRSearch(tuple(trials), seeds), {r["cell_id"]: r for r in results})
     (run_dir / "selection.json").write_text(json.dumps({"searches": [record]}))

@@ -9,7 +9,7 @@ WRITE = """
 import sys
 import torch
 from pathlib import Path
-from tmem_bench.results import load_weights, write_weights
+from tmem_bench.harness.results import load_weights, write_weights
 torch.manual_seed(0)
 make = lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
 model = make()

@@ -5,19 +5,20 @@ import json
 import pytest
 import torch
 
-from tmem_bench.convergence import ConvergenceRule, convergence
+from tmem_bench.contracts.model import TaskModel
+from tmem_bench.contracts.task import MAX_TRAIN_SEED, SEED_BITS
+from tmem_bench.diagnostics.convergence import ConvergenceRule, convergence
+from tmem_bench.diagnostics.reach import reach_probe
 from tmem_bench.errors import UsageError
+from tmem_bench.harness.plan import Overrides, load_profile, make_plan, plan_run, plan_task_searches, profile_names
+from tmem_bench.harness.results import load_weights, read_cell
+from tmem_bench.harness.rundir import RunDir
+from tmem_bench.harness.runner import run_plan
+from tmem_bench.harness.selection import choose
+from tmem_bench.harness.train import build_model, evaluate
 from tmem_bench.levels import level_key
-from tmem_bench.model import TaskModel
-from tmem_bench.plan import Overrides, load_profile, make_plan, plan_run, plan_task_searches, profile_names
-from tmem_bench.reach import reach_probe
 from tmem_bench.registry import get_backbone, get_task, task_names
-from tmem_bench.results import load_weights, read_cell
-from tmem_bench.rundir import RunDir
-from tmem_bench.runner import run_plan
-from tmem_bench.selection import choose
-from tmem_bench.task import MAX_TRAIN_SEED, SEED_BITS
-from tmem_bench.train import build_model, evaluate
+
 
 def middle_level(task) -> dict:
     """The middle of the small grid the task declares (some evidence seen, some held back)."""

@@ -9,13 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tmem_bench import selection
 from tmem_bench.errors import UsageError
-from tmem_bench.estimate import plan_rows
-from tmem_bench.plan import Overrides, plan_run
-from tmem_bench.rundir import RunDir
-from tmem_bench.runner import run_plan
-from tmem_bench.selection import choose, load_margin, one_seed_lr
+from tmem_bench.harness import selection
+from tmem_bench.harness.estimate import plan_rows
+from tmem_bench.harness.plan import Overrides, plan_run
+from tmem_bench.harness.rundir import RunDir
+from tmem_bench.harness.runner import run_plan
+from tmem_bench.harness.selection import choose, load_margin, one_seed_lr
 
 PROFILE = """
 [train]

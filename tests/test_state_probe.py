@@ -1,4 +1,4 @@
-"""The state probe (tmem_bench.state_probe) and the state hook it reads (`memory_state`, tmem_bench.model):
+"""The state probe (tmem_bench.diagnostics.state_probe) and the state hook it reads (`memory_state`, tmem_bench.contracts.model):
 a readout answers every query from a state that stores each value at its key's slot, is at chance from
 a constant state, and reports attention alone as having no state; every registered model's hook gives
 a per-sequence state of the prefix it was given, changing nothing the model computes."""
@@ -13,11 +13,12 @@ import torch.nn as nn
 from tmem_bench.baselines.delta import gated_delta_recurrent
 from tmem_bench.baselines.ssm import ssd_recurrent
 from tmem_bench.cli import main
+from tmem_bench.contracts.model import TaskModel
+from tmem_bench.contracts.task import Adapter, Task
+from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model
 from tmem_bench.errors import UsageError
-from tmem_bench.model import TaskModel
+from tmem_bench.harness.probe_run import probe_run
 from tmem_bench.registry import backbone_names, get_backbone
-from tmem_bench.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model, probe_run
-from tmem_bench.task import Adapter, Task
 
 SLOTS, VALUES, WRITES, QUERIES = 4, 8, 3, 4
 SMALL = ReadoutConfig(width=64, query_width=32, steps=300, batch_size=64, queries=QUERIES, lr=3e-3,
@@ -200,7 +201,7 @@ def test_a_run_is_probed_into_state_probe_json_and_resumed(tiny_run, capsys, mon
     def never(*args, **kwargs):
         raise AssertionError("a probed cell was probed again")
 
-    monkeypatch.setattr("tmem_bench.state_probe.probe_model", never)
+    monkeypatch.setattr("tmem_bench.diagnostics.state_probe.probe_model", never)
     assert probe_run(tiny_run, config=ReadoutConfig(steps=20), say=lambda line: None)["rows"] == doc["rows"]
     with pytest.raises(UsageError, match="other readout settings"):
         probe_run(tiny_run, config=ReadoutConfig(steps=21))

@@ -17,13 +17,13 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import tmem_bench
-from tmem_bench.conformance_tasks import TASK_CHECKS, TaskSpec, task_check_name, task_levels, task_variants
+from tmem_bench.contracts.task import fingerprint
+from tmem_bench.diagnostics.conformance_tasks import TASK_CHECKS, TaskSpec, task_check_name, task_levels, task_variants
 from tmem_bench.errors import UsageError
-from tmem_bench.plan import Cell, load_profile
+from tmem_bench.harness.plan import Cell, load_profile
+from tmem_bench.harness.train import run_cell
 from tmem_bench.registry import BUILTIN_TASKS, TASKS, get_task, task_names
-from tmem_bench.task import fingerprint
 from tmem_bench.tasks import map_building, occlusion
-from tmem_bench.train import run_cell
 
 NAMES = task_names()
 PROFILES = ("quick", "paper")

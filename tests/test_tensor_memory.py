@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tmem_bench.contracts.memory import MemoryTransformer, MemoryTransformerConfig
+from tmem_bench.diagnostics.causality import causality_probe
 from tmem_bench.errors import UsageError
-from tmem_bench.memory import MemoryTransformer, MemoryTransformerConfig
-from tmem_bench.plan import make_plan
-from tmem_bench.probe import causality_probe
+from tmem_bench.harness.plan import make_plan
 from tmem_bench.registry import get_backbone
 from tmem_bench.tensor_memory import (MemoryState, TensorMemory, TensorMemoryConfig, kernels, native, native_scan,
                                       torch_scan)

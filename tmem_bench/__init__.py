@@ -17,7 +17,7 @@ def register_envs() -> None:
 
 def load_results(run_dir):
     """The results table of a run directory (one row per cell and evaluation level)."""
-    from .rundir import RunDir
+    from .harness.rundir import RunDir
 
     return RunDir(run_dir).table()
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tmem_bench.recurrent import RecurrentTransformer
-from tmem_bench.transformer import TransformerConfig
+from tmem_bench.contracts.recurrent import RecurrentTransformer
+from tmem_bench.contracts.transformer import TransformerConfig
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from tmem_bench.contracts.task import Adapter, Batch, Level, Task
 from tmem_bench.errors import UsageError, check_int
-from tmem_bench.task import Adapter, Batch, Level, Task
 
 N_SYMBOLS = 16
 MAX_ITEMS = 64  # places the adapter has embeddings for

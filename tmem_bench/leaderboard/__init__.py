@@ -3,7 +3,7 @@
 Modules: entry (every field of an entry recomputed from cells), submit (entries
 from a run, written into the board all or nothing), validate (trust nothing
 claimed), board (README.md and the data of the page), page (the self-contained
-index.html). The `leaderboard` subcommands are in tmem_bench/cli_leaderboard.py,
+index.html). The `leaderboard` subcommands are in tmem_bench/cli/leaderboard.py,
 so that the command line loads none of this until asked.
 """
 from .board import board_data, build, preview, preview_entries, preview_folder

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..harness.results import read_cell, results_table
 from ..registry import module_names
-from ..results import read_cell, results_table
 from .weights import Unreachable, locate
 
 
@@ -60,9 +60,9 @@ class LoadedEntry:
 
     def model(self, cell_id: str):
         """The cell's model (a TaskModel: task adapter and backbone) with its trained weights, in eval mode."""
-        from ..plan import cell_from_dict
-        from ..results import load_weights
-        from ..train import build_model
+        from ..harness.plan import cell_from_dict
+        from ..harness.results import load_weights
+        from ..harness.train import build_model
 
         with module_names(self.allow_module_names):
             model = build_model(cell_from_dict(self.result(cell_id)["cell"]))

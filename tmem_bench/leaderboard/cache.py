@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..results import write_json
+from ..harness.results import write_json
 from .weights import MAX_WEIGHTS_BYTES, Unreachable, cache_root, locate, metadata_mismatch, record_problems
 
 CACHE_FILE = "validation.json"
@@ -85,8 +85,8 @@ def environment(schema: Path) -> dict:
     """What a verdict depends on besides the entry's own files."""
     import torch
 
+    from ..contracts.device import hardware
     from ..version import __version__
-    from ..train import hardware
 
     return {"tmem_bench_version": __version__, "source": source_digest(), "schema": _file_digest(schema),
             "torch_version": torch.__version__, "hardware": hardware(torch.device("cpu"))}

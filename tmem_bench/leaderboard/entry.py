@@ -15,11 +15,11 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import UsageError
-from ..plan import Overrides, plan_task_searches, profile_names
+from ..harness.plan import Overrides, plan_task_searches, profile_names
+from ..harness.selection import choose
+from ..levels import level_key
 from ..registry import get_backbone, get_task, task_names
 from ..report.stats import bootstrap_ci
-from ..levels import level_key
-from ..selection import choose
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "entry.schema.json"

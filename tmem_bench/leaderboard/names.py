@@ -10,7 +10,7 @@ from __future__ import annotations
 import tomllib
 
 from ..errors import UsageError
-from ..plan import VARIANT_KEYS
+from ..harness.plan import VARIANT_KEYS
 from ..registry import BACKBONES, TASKS
 
 MODEL_TABLE_KEYS = ("name", "label", "train")  # a profile's model table: these, then the factory's options

@@ -24,11 +24,11 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     or None when they could not be evaluated."""
     import torch
 
-    from ..plan import cell_from_dict
-    from ..probe import causality_probe
+    from ..diagnostics.causality import causality_probe
+    from ..harness.plan import cell_from_dict
+    from ..harness.results import load_weights
+    from ..harness.train import build_model, evaluate
     from ..registry import get_task
-    from ..results import load_weights
-    from ..train import build_model, evaluate
 
     where = f"cells/{weights.name}"
     if weights.is_symlink():

@@ -17,12 +17,12 @@ import unicodedata
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..contracts.device import cpu_model
 from ..errors import UsageError
-from ..plan import profile_names
+from ..harness.plan import profile_names
+from ..harness.results import write_json
+from ..harness.rundir import RunDir
 from ..report.stats import CI_LEVEL
-from ..results import write_json
-from ..rundir import RunDir
-from ..train import cpu_model
 from .entry import SCHEMA_VERSION, builtin_profile_text, derived, find_schema, planned_cells, profile_id
 from .folder import JOURNAL, STAGING_PREFIX, held, place
 from .weights import records as weight_records

@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
+from ..diagnostics.causality import causality_probe
 from ..errors import UsageError
+from ..harness.plan import cell_from_dict
+from ..harness.results import read_cell
 from ..levels import level_key
-from ..plan import cell_from_dict
-from ..probe import causality_probe
 from ..registry import get_task, module_names
-from ..results import read_cell
 from .cache import Recheck, ValidationCache, cell_count
 from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
 from .names import refused_names
@@ -165,7 +165,7 @@ def _probe_again(results: list[dict], reject) -> None:
     """The causality probe, rerun on the model of each task and variant exactly as training ran it."""
     import torch
 
-    from ..train import build_model
+    from ..harness.train import build_model
 
     done = set()
     for result in sorted(results, key=lambda r: r["cell"]["seed"]):

@@ -207,10 +207,10 @@ def _hollow_legend(ax) -> None:
 
 def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
     """Accuracy against W, a panel per group, each model trained and evaluated at each W."""
-    from .figures import Style, _finish, _new_figure, _set_x, reference_lines
+    from .figures import Style, finish_figure, new_figure, set_x_axis, reference_lines
 
     style = Style(data.table)
-    fig, axes = _new_figure(len(groups))
+    fig, axes = new_figure(len(groups))
     drawn = {"title": f"{task}: accuracy vs {AXIS}, each model trained at each {AXIS} and evaluated there",
              "panels": []}
     all_points = []
@@ -237,7 +237,7 @@ def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
         reference_lines(ax, xs, ref["chance"], ref["ceiling"])
         if (p["not_converged"] > 0).any():
             _hollow_legend(ax)
-        _set_x(ax, xs, AXIS)
+        set_x_axis(ax, xs, AXIS)
         ax.set_ylim(-0.02, 1.04)
         ax.set_ylabel("accuracy")
         ax.set_title(group.title, fontsize=9)
@@ -245,13 +245,13 @@ def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
         panel["chance"], panel["ceiling"] = ref["chance"].tolist(), ref["ceiling"].tolist()
         drawn["panels"].append(panel)
     title = f"{drawn['title']}\n{_seed_note(pd.concat(all_points))}"
-    return _finish(fig, axes, drawn, title)
+    return finish_figure(fig, axes, drawn, title)
 
 
 def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     """Accuracy against state bytes (log axis), a panel per group and W, a point per model label.
     None when no model of the task records its state bytes."""
-    from .figures import Style, _finish, _new_figure, reference_lines
+    from .figures import Style, finish_figure, new_figure, reference_lines
 
     style = Style(data.table)
     panels = []
@@ -263,7 +263,7 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
                 panels.append((group, int(w), pw, sorted(set(p[(p[AXIS] == w) & p["state_bytes"].isna()]["label"]))))
     if not panels:
         return None
-    fig, axes = _new_figure(len(panels))
+    fig, axes = new_figure(len(panels))
     drawn = {"title": f"{task}: accuracy vs bytes of state, at each {AXIS} (trained there)", "panels": []}
     for ax, (group, w, pw, stateless) in zip(axes, panels):
         panel = {"title": f"{group.title}, {AXIS}={w}", "points": {}, "no_state": stateless}
@@ -289,7 +289,7 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
         ax.grid(alpha=0.3)
         drawn["panels"].append(panel)
     note = _seed_note(pd.concat([pw for *_, pw, _ in panels]), "interval")
-    return _finish(fig, axes, drawn, f"{drawn['title']}\n{note}")
+    return finish_figure(fig, axes, drawn, f"{drawn['title']}\n{note}")
 
 
 def figure_stems(task: str) -> tuple[str, str]:

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from ..harness.results import rows
+from ..harness.rundir import RunDir
 from ..levels import level_key
 from ..registry import BUILTIN_TASKS
-from ..results import rows
-from ..rundir import RunDir
 from .lr_choice import searches
 
 TASK_ORDER = tuple(BUILTIN_TASKS)

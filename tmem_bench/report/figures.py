@@ -10,11 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..results import write_atomic
+from ..harness.results import write_atomic
 from .colors import label_colors, label_markers
-from .data import (
-    TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, slug, task_order, variant_order,
-)
+from .data import TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, slug, task_order, variant_order
 from .tables import level_sort_key, reliance_frame, summary_frame
 from .views import curve_data, generalisation_view, panels, sweep_axis, train_level_rank, training_view
 
@@ -70,8 +68,8 @@ _PAD = 0.12  # inches around each block of the layout
 _REFERENCES = ("chance", "ceiling", "trained at", "initial value", "not converged (hollow)")
 
 
-def _new_figure(n_panels: int, ncols: int | None = None, panel_size=(3.4, 2.4)):
-    """A grid of panels, each panel_size inches inside its axes; _finish sizes the figure around them."""
+def new_figure(n_panels: int, ncols: int | None = None, panel_size=(3.4, 2.4)):
+    """A grid of panels, each panel_size inches inside its axes; finish_figure sizes the figure around them."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -95,7 +93,7 @@ def _fit(text, width: float, renderer) -> None:
         text.set_text("\n".join(textwrap.fill(line, chars, break_long_words=False) for line in lines))
 
 
-def _finish(fig, axes, drawn: dict, title: str | None = None):
+def finish_figure(fig, axes, drawn: dict, title: str | None = None):
     """One legend for every panel and the figure's title, then a layout measured from the drawn text:
     each column and row of panels is spaced by what its labels and titles need, the legend's width
     and the title's height are added, so that nothing is cut or overlaps. Returns (figure, data drawn)."""
@@ -144,7 +142,7 @@ def _finish(fig, axes, drawn: dict, title: str | None = None):
     return fig, drawn
 
 
-def _set_x(ax, xs: list[float], x_axis: str, trained_x=None):
+def set_x_axis(ax, xs: list[float], x_axis: str, trained_x=None):
     """Ticks at the levels; the level the models were trained at is named on its tick and shaded."""
     xs = sorted(set(xs))
     if xs and xs[0] > 0 and xs[-1] / xs[0] >= 8:
@@ -159,7 +157,7 @@ def _set_x(ax, xs: list[float], x_axis: str, trained_x=None):
 
 def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: Style, trained_x=None):
     """figure_panels: [{"title", "curves": curve_data(...)}]. Returns (figure, data drawn)."""
-    fig, axes = _new_figure(len(figure_panels))
+    fig, axes = new_figure(len(figure_panels))
     drawn = {"title": title, "x_axis": x_axis, "trained_x": trained_x, "panels": []}
     for ax, panel in zip(axes, figure_panels):
         curves = panel["curves"]
@@ -178,7 +176,7 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
                 ax.fill_between(s["x"], s["low"], s["high"], color=color, alpha=0.18, lw=0)
         if curves["chance"]:
             reference_lines(ax, curves["chance"]["x"], curves["chance"]["y"], curves["ceiling"]["y"])
-            _set_x(ax, curves["chance"]["x"], x_axis, trained_x)
+            set_x_axis(ax, curves["chance"]["x"], x_axis, trained_x)
         ax.set_ylim(-0.02, 1.04)
         ax.set_ylabel("accuracy")
         ax.set_title(panel["title"], fontsize=10)
@@ -191,7 +189,7 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
     elif seeds:
         count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
         title += f"\nmean of {count} seeds per point, 95% bootstrap band"
-    return _finish(fig, axes, drawn, title)
+    return finish_figure(fig, axes, drawn, title)
 
 
 def gate_figure(data: RunData, task: str):
@@ -200,7 +198,7 @@ def gate_figure(data: RunData, task: str):
     rank = train_level_rank(data, task)
     groups = sorted(gates.groupby(["variant", "label", "train_level"]), key=lambda kv: (
         variant_order(gates).index(kv[0][0]), model_order(gates).index(kv[0][1]), rank[kv[0][2]]))
-    fig, axes = _new_figure(len(groups))
+    fig, axes = new_figure(len(groups))
     suffix = _one_variant(gates["variant"])
     drawn = {"title": f"{task}{suffix}: gate values", "panels": []}
     for ax, ((variant, model, train_level), g) in zip(axes, groups):
@@ -226,7 +224,7 @@ def gate_figure(data: RunData, task: str):
         ax.set_title(panel["title"], fontsize=9)
         ax.grid(alpha=0.3)
         drawn["panels"].append(panel)
-    return _finish(fig, axes, drawn)
+    return finish_figure(fig, axes, drawn)
 
 
 _LAYER_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
@@ -239,7 +237,7 @@ def training_figure(data: RunData, task: str, style: Style):
     rank = train_level_rank(data, task)
     groups = sorted(hist.groupby(["variant", "train_level"]),
                     key=lambda kv: (variant_order(hist).index(kv[0][0]), rank[kv[0][1]]))
-    fig, axes = _new_figure(2 * len(groups), ncols=2, panel_size=(3.6, 2.3))
+    fig, axes = new_figure(2 * len(groups), ncols=2, panel_size=(3.6, 2.3))
     suffix = _one_variant(hist["variant"])
     drawn = {"title": f"{task}{suffix}: training curves", "panels": []}
     for k, ((variant, train_level), g) in enumerate(groups):
@@ -264,7 +262,7 @@ def training_figure(data: RunData, task: str, style: Style):
             ax.set_title(panel["title"], fontsize=10)
             ax.grid(alpha=0.3)
             drawn["panels"].append(panel)
-    return _finish(fig, axes, drawn)
+    return finish_figure(fig, axes, drawn)
 
 
 def _level_ticks(levels: list[str]) -> tuple[list[str], str, str]:
@@ -286,7 +284,7 @@ def reliance_figure(reliance: pd.DataFrame, style: Style):
     model, every panel on one scale: a drop of zero reads as zero beside one that is not."""
     groups = [(t, v) for t in ordered(reliance["task"], TASK_ORDER)
               for v in variant_order(reliance[reliance["task"] == t])]
-    fig, axes = _new_figure(len(groups), panel_size=(3.6, 2.2))
+    fig, axes = new_figure(len(groups), panel_size=(3.6, 2.2))
     drawn = {"title": "memory reliance: accuracy - accuracy with memory off", "panels": []}
     low = min(0.0, float(reliance["drop low"].min()))
     high = max(0.1, float(reliance["drop high"].max()))
@@ -320,7 +318,7 @@ def reliance_figure(reliance: pd.DataFrame, style: Style):
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
         drawn["panels"].append(panel)
-    return _finish(fig, axes, drawn)
+    return finish_figure(fig, axes, drawn)
 
 
 def save_figure(fig, figures_dir: Path, stem: str, tight: bool = False) -> list[Path]:

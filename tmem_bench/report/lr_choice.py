@@ -12,10 +12,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..rundir import RunDir, finite_json
+from ..harness.rundir import RunDir, finite_json
 
 if TYPE_CHECKING:
-    from ..plan import LRSearch
+    from ..harness.plan import LRSearch
 
 REWRITE = "rerun the run's command to write it again from the cells"
 
@@ -28,7 +28,7 @@ def _name(record: dict) -> str:
 def _search(record: dict, by_id: dict[str, dict]) -> LRSearch | None:
     """The search a record stands for, its trials planned from one of them that has a result (they
     differ in their lr alone); None where none has."""
-    from ..plan import LRSearch, cell_from_dict  # here: a run without searches is reported without torch
+    from ..harness.plan import LRSearch, cell_from_dict
 
     stored = [t["cell_id"] for t in record["trials"] if t["cell_id"] in by_id]
     if not stored:
@@ -64,7 +64,7 @@ def searches(run_dir: RunDir, results: list[dict], manifest: dict | None) -> tup
             explained |= set(record["final_cells"])
             records.append({**record, "chosen_lr": None, "at_edge": None, "final_cells": []})
             continue
-        from ..selection import choose
+        from ..harness.selection import choose
 
         chosen = finite_json(choose(search, by_id, margin=record.get("second_seed_margin")))
         differs = [k for k in dict.fromkeys([*chosen, *record]) if chosen.get(k) != record.get(k)]

@@ -2,7 +2,7 @@
 lr of the grid and the lr chosen, so a reader can see whether the grid bracketed each optimum."""
 from __future__ import annotations
 
-from .data import RunData, ordered, MODEL_ORDER
+from .data import MODEL_ORDER, RunData, ordered
 from .tables import fmt_pct, md_table
 
 

@@ -5,10 +5,8 @@ import math
 
 import pandas as pd
 
-from .data import (
-    TASK_ORDER, RunData, model_order, natural_key, ordered, per_seed, run_data, series_label, task_label, task_order,
-    variant_order,
-)
+from .data import (TASK_ORDER, RunData, model_order, natural_key, ordered, per_seed, run_data, series_label, task_label,
+                   task_order, variant_order)
 from .stats import bootstrap_ci
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..results import write_atomic
-from ..rundir import RunDir
+from ..harness.results import write_atomic
+from ..harness.rundir import RunDir
 from .capacity import build_capacity_figures
 from .claims import Claim, load_claims, load_power
 from .data import RunData, load_run

@@ -10,7 +10,7 @@
 - `naive`: the naive twin, the plain per-step loop every kernel must match;
 - `params`: the tensor model's parameter count, which baselines are matched to.
 
-The generic memory-beside-attention transformer it plugs into is `tmem_bench.memory`.
+The generic memory-beside-attention transformer it plugs into is `tmem_bench.contracts.memory`.
 """
 from .layer import MemoryState, TensorConfig, TensorMemory, TensorMemoryConfig, tensor, tensor_local
 

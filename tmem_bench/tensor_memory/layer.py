@@ -16,7 +16,7 @@ Read top to bottom in the order of the paper (../shared/PAPER.md):
 7. the read broadcast to every token of its chunk.
 
 The model (`tensor`) attaches it after every block through the generic
-memory-augmented transformer of `tmem_bench.memory`, with a per-layer LayerNorm and
+memory-augmented transformer of `tmem_bench.contracts.memory`, with a per-layer LayerNorm and
 gate: `x = x + sigmoid(gamma_l) * dropout(memory(LayerNorm_l(x)))`.
 
 The trilinear read and the Gaussian write are both separable (a product of three
@@ -40,8 +40,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..contracts.memory import MemoryTransformer, MemoryTransformerConfig
 from ..errors import check_int
-from ..memory import MemoryTransformer, MemoryTransformerConfig
 from .kernels import KERNELS, kernel_that_runs, scan
 
 WRITE_MODES = ("gaussian", "hard")

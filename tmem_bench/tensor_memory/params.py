@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from ..transformer import Transformer, TransformerConfig
+from ..contracts.transformer import Transformer, TransformerConfig
 from .layer import tensor
 
 TOLERANCE = 0.05

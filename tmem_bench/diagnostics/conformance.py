@@ -15,15 +15,13 @@ the sequence grows.
 """
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.nn as nn
 
-from .probe import causality_probe
+from .causality import causality_probe
 
 # 65,536: the longest sequence benchmarks/bench_state_size.py measures a state at.
 STATE_LENGTHS = (1, 8, 64, 512, 4096, 65536)
@@ -47,6 +45,9 @@ class Spec:
     seq_len: int = 16
     batch: int = 2
     options: dict = field(default_factory=dict)
+    # Sequence lengths the state size is asked at: `harness.plan_checks.profile_state_lengths()`
+    # adds the longest sequence of the built-in profiles (the CLI's check does).
+    state_lengths: tuple[int, ...] = STATE_LENGTHS
 
 
 def build(factory: Callable, spec: Spec, seed: int = 0) -> nn.Module:
@@ -191,7 +192,7 @@ def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
         model = build(factory, spec)
         if not callable(getattr(model, "state_size", None)):
             return False, "no state_size(seq_len) -> bytes method"
-        lengths = state_lengths()
+        lengths = spec.state_lengths
         sizes = [model.state_size(n) for n in lengths]
         shown = ", ".join(f"S={n}: {s}" for n, s in zip(lengths, sizes))
         if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
@@ -206,26 +207,6 @@ def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
     return guarded("state_size", body)
 
 
-@functools.cache
-def state_lengths() -> tuple[int, ...]:
-    """STATE_LENGTHS and the longest sequence (in tokens) any level of a built-in profile makes."""
-    from .plan import Overrides, load_profile, plan_task, profile_names
-    from .registry import get_task
-
-    longest, seen = 1, set()
-    for name in profile_names():
-        profile = load_profile(name)
-        for task_name in profile["tasks"]:
-            for cell in plan_task(task_name, profile, Overrides()):
-                task = get_task(task_name, **cell.task_options)
-                adapter = task.make_adapter(8)
-                for level in (cell.train_level, *cell.eval_levels):
-                    key = (task_name, json.dumps(cell.task_options, sort_keys=True), json.dumps(level, sort_keys=True))
-                    if key not in seen:
-                        seen.add(key)
-                        one = task.sample(level, 1, torch.Generator().manual_seed(0))
-                        longest = max(longest, adapter(one).shape[1])
-    return tuple(sorted({*STATE_LENGTHS, longest}))
 
 
 def check_parameters(factory: Callable, spec: Spec) -> CheckResult:

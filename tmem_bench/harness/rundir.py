@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import UsageError
+from ..errors import UsageError
+from ..schema import describe, violations
 from .results import read_cell, results_table, rows, write_atomic, write_json, write_weights
-from .schema import describe, violations
 
 
 def _me() -> dict:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 
+from ..contracts.task import level_key
 from .plan import Cell, LRSearch
-from .task import level_key
 
 
 def load_margin() -> float:

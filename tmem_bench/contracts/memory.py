@@ -89,7 +89,7 @@ class MemoryTransformer(Transformer):
         return self._run(x, blocked, None)
 
     def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The state hook (`tmem_bench.model`): every layer's memory state after the last token,
+        """The state hook (`tmem_bench.contracts.model`): every layer's memory state after the last token,
         its tensors named "layer<i>.<field>" (a NamedTuple's fields, a dict's keys, "state" for one tensor)."""
         states = []
         self._run(x, blocked, states)

@@ -14,8 +14,8 @@ import zlib
 import torch
 import torch.nn as nn
 
-from .errors import UsageError
-from .levels import Level, level_key
+from ..errors import UsageError
+from ..levels import Level, level_key
 
 Batch = dict[str, torch.Tensor]
 

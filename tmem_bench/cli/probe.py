@@ -1,9 +1,9 @@
-"""The `tmem-bench probe` command: the state probe (`tmem_bench.state_probe`) over a finished run."""
+"""The `tmem-bench probe` command: the state probe (`tmem_bench.diagnostics.state_probe`) over a finished run."""
 from __future__ import annotations
 
 import sys
 
-from .errors import UsageError, check_int
+from ..errors import UsageError, check_int
 
 
 def add_probe_parser(sub, debug) -> None:
@@ -34,7 +34,8 @@ def _list(flag: str, text: str | None, cast=str):
 def cmd_probe(args) -> int:
     from dataclasses import replace
 
-    from .state_probe import ReadoutConfig, probe_run, summary
+    from ..diagnostics.state_probe import ReadoutConfig
+    from ..harness.probe_run import probe_run, summary
 
     config = ReadoutConfig()
     if args.steps is not None:

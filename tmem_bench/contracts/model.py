@@ -1,7 +1,7 @@
 """A task adapter and a backbone, joined into one trainable model.
 
 A backbone that carries a recurrent state may expose it through one hook, which the state
-probe (`tmem_bench.state_probe`) reads:
+probe (`tmem_bench.diagnostics.state_probe`) reads:
 
     backbone.memory_state(x (B, S, d), blocked=None) -> dict[str, Tensor]
 

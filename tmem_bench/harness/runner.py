@@ -14,13 +14,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .version import __version__
-from .errors import check_int
-from .executors import Executor, ExecutorOptions, failure, make_executor, usable
+from ..contracts.device import resolve_device
+from ..errors import check_int
+from ..version import __version__
+from .executors import make_executor
+from .executors.base import Executor, ExecutorOptions, failure, usable
 from .plan import Cell, Plan, cell_from_dict
 from .rundir import RunDir
 from .selection import choose
-from .train import resolve_device, train_cell
+from .train import train_cell
 
 
 def command_as_typed(argv: list[str] | None = None, module: str | None = None) -> list[str]:

@@ -29,10 +29,10 @@ from typing import Protocol
 
 import torch
 
+from ..contracts.task import level_key
+from ..registry import get_task
 from .plan import Cell
-from .registry import get_task
 from .rundir import RunDir
-from .task import level_key
 
 WARMUP_STEPS = 1
 TIMED_STEPS = 2  # at the larger batch size; one at the smaller, which only anchors the fixed cost
@@ -229,7 +229,8 @@ class MeasuredCost:
             self.generate[key] = (time.perf_counter() - start) / n
 
     def _measure_step(self, key: tuple, length: int) -> Affine:
-        from .train import _to, loss_and_accuracy
+        from ..contracts.device import to_device
+        from .train import loss_and_accuracy
 
         cell = self.train_at[key][length]
         task = get_task(cell.task, **cell.task_options)
@@ -240,7 +241,7 @@ class MeasuredCost:
 
         def step(n: int) -> float:
             t = time.perf_counter()
-            batch = _to(task.sample(cell.train_level, n, generator), self.device)
+            batch = to_device(task.sample(cell.train_level, n, generator), self.device)
             loss, _ = loss_and_accuracy(model, batch)
             loss.item()  # run_cell reads the loss every step (its divergence check), which syncs
             optimizer.zero_grad(set_to_none=True)
@@ -254,13 +255,13 @@ class MeasuredCost:
 
     @torch.no_grad()
     def _measure_forward(self, key: tuple, length: int) -> Affine:
-        from .train import _to
+        from ..contracts.device import to_device
 
         cell, level = self.eval_at[key][length]
         task = get_task(cell.task, **cell.task_options)
         model = self._built(key, cell).eval()
         sizes = self._sizes(min(cell.train["eval_size"], EVAL_CHUNK))
-        batches = {n: _to(task.sample(level, n, torch.Generator().manual_seed(0)), self.device) for n in sizes}
+        batches = {n: to_device(task.sample(level, n, torch.Generator().manual_seed(0)), self.device) for n in sizes}
 
         def forward(n: int) -> float:
             t = time.perf_counter()

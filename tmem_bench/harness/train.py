@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import platform
 import time
 from dataclasses import asdict, is_dataclass
 from typing import Callable
@@ -10,42 +9,17 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .version import __version__
-from .convergence import convergence, early_stop_rule, should_stop
-from .model import TaskModel
+from ..contracts.device import hardware, resolve_device, to_device
+from ..contracts.model import TaskModel
+from ..contracts.task import Batch, level_key, split_batch
+from ..diagnostics.causality import causality_probe
+from ..diagnostics.convergence import convergence, early_stop_rule, should_stop
+from ..diagnostics.reach import reach_probe
+from ..registry import get_backbone, get_task
+from ..version import __version__
 from .plan import Cell
-from .probe import causality_probe
-from .reach import reach_probe
-from .registry import get_backbone, get_task
-from .task import Batch, level_key, split_batch
 
 EVAL_BATCH = 512
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
-def hardware(device: torch.device) -> str:
-    """What computed the numbers: on the CPU they differ between vendors and instruction sets (the
-    kernels torch dispatches to), so a result names both; on a GPU, its model."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{cpu_model()}, {torch.backends.cpu.get_cpu_capability()}"
-
-
-def _to(batch: Batch, device: torch.device) -> Batch:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def build_model(cell: Cell) -> TaskModel:
@@ -69,7 +43,7 @@ def evaluate(model: TaskModel, batch: Batch, device: torch.device) -> tuple[floa
     model.eval()
     n = total_loss = total_correct = 0.0
     for part in split_batch(batch, EVAL_BATCH):
-        part = _to(part, device)
+        part = to_device(part, device)
         loss, acc = loss_and_accuracy(model, part)
         k = part["target"].numel()
         total_loss += loss.item() * k
@@ -140,14 +114,14 @@ def train_cell(
     train = cell.train
 
     generator = torch.Generator().manual_seed(cell.seed)
-    probe_batch = _to(task.sample(cell.train_level, 1, torch.Generator().manual_seed(cell.seed)), device)
+    probe_batch = to_device(task.sample(cell.train_level, 1, torch.Generator().manual_seed(cell.seed)), device)
     seq_len = model.adapter(probe_batch).shape[1]
     blocked = model.adapter.blocked(probe_batch)
     causality = causality_probe(
         model.backbone, cell.model_options["d_model"], seq_len, blocked=blocked, seed=cell.seed, device=device
     )
     # The reach probe's batch is drawn from its own generator, so training sees the same batches.
-    reach_batch = _to(task.sample(cell.train_level, 16, torch.Generator().manual_seed(cell.seed)), device)
+    reach_batch = to_device(task.sample(cell.train_level, 16, torch.Generator().manual_seed(cell.seed)), device)
     reach_init = reach_probe(model, task, cell.train_level, reach_batch, seed=cell.seed)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
@@ -182,7 +156,7 @@ def train_cell(
     diverged_at = None
     stopped = "cap"
     for step in range(1, train["steps"] + 1):
-        batch = _to(task.sample(cell.train_level, train["batch_size"], generator), device)
+        batch = to_device(task.sample(cell.train_level, train["batch_size"], generator), device)
         loss, acc = loss_and_accuracy(model, batch)
         if not math.isfinite(loss.item()):
             # Stop before the update: the weights evaluated below are the last finite ones.

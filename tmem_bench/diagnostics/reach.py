@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .model import TaskModel
-from .task import Batch, Level, Task
+from ..contracts.model import TaskModel
+from ..contracts.task import Batch, Level, Task
 
 
 def reach_probe(model: TaskModel, task: Task, level: Level, batch: Batch, seed: int = 0) -> dict | None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
+from ..levels import level_key
 from .estimate import Estimate, MeasuredCost, Meter, Row, estimate, plan_rows
-from .levels import level_key
 from .plan import Cell
 
 
@@ -113,8 +113,9 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
             meter: Meter | None = None) -> str:
     """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
     measured on this machine; reads `run_dir` if it exists, writes nothing."""
-    from .executors import Executor, LocalPool, available_cores
-    from .train import hardware, resolve_device
+    from ..contracts.device import hardware, resolve_device
+    from .executors.base import Executor, available_cores
+    from .executors.local import LocalPool
 
     resolved = resolve_device(device)
     note = None

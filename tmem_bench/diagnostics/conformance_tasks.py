@@ -18,9 +18,9 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, Task, fingerprint
+from ..levels import level_key
 from .conformance import CheckResult, guarded
-from .levels import level_key
-from .task import MAX_TRAIN_SEED, SEED_BITS, Task, fingerprint
 
 ATTENTION_REFERENCE = "base"  # attention and nothing else: what memory forcing must leave blind
 TASK_WIDTH = 16  # d_model of the adapters and the attention reference the task checks build
@@ -72,7 +72,7 @@ def check_task_declarations(factory: Callable, spec: TaskSpec) -> CheckResult:
     def body():
         task = factory(**spec.options)
         if not isinstance(task, Task):
-            return False, f"the factory returned {type(task).__name__}, not a tmem_bench.task.Task"
+            return False, f"the factory returned {type(task).__name__}, not a tmem_bench.contracts.task.Task"
         if not (isinstance(task.name, str) and task.name and isinstance(task.version, int) and task.version >= 1):
             return False, (f"name {task.name!r} and version {task.version!r} must be a non-empty string and "
                            "an integer >= 1")
@@ -155,7 +155,7 @@ def check_task_chance(factory: Callable, spec: TaskSpec) -> CheckResult:
     return guarded("chance", lambda: _each(factory, spec, at, "chance is the best constant predictor"))
 
 
-_FINGERPRINTS = ("import json, sys; from tmem_bench.conformance_tasks import eval_fingerprints; "
+_FINGERPRINTS = ("import json, sys; from tmem_bench.diagnostics.conformance_tasks import eval_fingerprints; "
                  "from tmem_bench.registry import TASKS; "
                  "print(json.dumps(eval_fingerprints(TASKS.get(sys.argv[1]), json.loads(sys.argv[2]), 64)))")
 
@@ -205,7 +205,7 @@ def check_task_fingerprints(factory: Callable, spec: TaskSpec) -> CheckResult:
 
 
 def _attention_reference(n_layers: int = 2) -> nn.Module:
-    from .registry import get_backbone
+    from ..registry import get_backbone
 
     torch.manual_seed(0)
     return get_backbone(ATTENTION_REFERENCE, d_model=TASK_WIDTH, n_layers=n_layers, n_heads=2, dropout=0.0).eval()

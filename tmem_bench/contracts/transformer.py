@@ -9,7 +9,7 @@ memory) is added by overriding `forward`. A model whose mixer honours
 recurrent mixer derives from `recurrent.RecurrentTransformer`, a memory beside
 attention uses `memory.MemoryTransformer`. Every mixer has one signature:
 `Mixer(config)`, `mixer(x (B, S, d), mask) -> (B, S, d)`. A model that carries a
-recurrent state exposes it through one hook, `memory_state` (`tmem_bench.model`).
+recurrent state exposes it through one hook, `memory_state` (`tmem_bench.contracts.model`).
 
 Backbones carry no positional embedding: causal attention orders the tokens,
 and tasks that need positions add them in their adapters.
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .errors import check_int
+from ..errors import check_int
 
 
 @dataclass

@@ -8,10 +8,9 @@ import os
 
 import torch
 
-from .errors import UsageError
-from .registry import BACKBONES, get_task
-from .task import level_key
-
+from ..contracts.task import level_key
+from ..errors import UsageError
+from ..registry import BACKBONES, get_task
 
 _CHECKED: set[tuple] = set()
 

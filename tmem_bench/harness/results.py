@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .levels import level_key
-from .schema import describe, violations
+from ..levels import level_key
+from ..schema import describe, violations
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:

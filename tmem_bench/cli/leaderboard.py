@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 def _trust_flag(parser) -> None:
@@ -70,7 +70,7 @@ def _print_rejections(validation) -> None:
 
 def _print_rechecked(validation) -> None:
     """Per valid entry, what its validation recomputed and the largest difference from the stored numbers."""
-    from .leaderboard.cache import describe
+    from ..leaderboard.cache import describe
 
     accepted = {path.name for path, _ in validation.accepted}
     for slug, summary in sorted(validation.rechecked.items()):
@@ -85,7 +85,7 @@ def _freshness(validation) -> str:
 
 
 def cmd_leaderboard(args) -> int:
-    from .leaderboard import build, submit, validate
+    from ..leaderboard import build, submit, validate
 
     if args.action == "submit":
         if args.url is not None and not args.url.startswith(("http://", "https://")):
@@ -96,11 +96,11 @@ def cmd_leaderboard(args) -> int:
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
     if args.action == "fetch":
-        from .leaderboard.fetch import fetch_board
+        from ..leaderboard.fetch import fetch_board
 
         return fetch_board(args.path)
     if args.action == "show":
-        from .leaderboard.api import show
+        from ..leaderboard.api import show
 
         return show(args.entry, args.cell, args.allow_module_names)
     if args.action == "validate":
@@ -113,7 +113,7 @@ def cmd_leaderboard(args) -> int:
     if args.out is not None and args.with_run is None:
         raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
     if args.with_run is not None:
-        from .leaderboard import preview, preview_entries, preview_folder
+        from ..leaderboard import preview, preview_entries, preview_folder
 
         # Cheap, unlike the board's re-evaluation: a bad folder or run is refused first.
         out = preview_folder(args.with_run, args.out, args.leaderboard)
@@ -123,7 +123,7 @@ def cmd_leaderboard(args) -> int:
         print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
               f"published entries, {_freshness(validation)}; {len(validation.rejections)} rejected entries left out)")
         return 0
-    from .leaderboard import held
+    from ..leaderboard import held
 
     with held(args.leaderboard):  # a submit's entries are all there or none while the board is drawn
         validation = validate(args.leaderboard, args.allow_module_names, args.full, progress=True)

@@ -11,7 +11,7 @@ its state's bytes (`state_size`); the rest is said here once:
 - its mixer receives no mask: the state is a memory, not a softmax, so a task's
   `blocked` attention edges have nothing to remove, and under the memory-forcing
   variants information reaches the queries only through the state, as intended;
-- the state hook (`memory_state`, `tmem_bench.model`) for a mixer with a
+- the state hook (`memory_state`, `tmem_bench.contracts.model`) for a mixer with a
   `final_state(x) -> dict[str, Tensor]`, its state after the last token of its input.
 """
 from __future__ import annotations

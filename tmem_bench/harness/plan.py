@@ -5,6 +5,7 @@ those settings, so a finished cell is recognised when a run is started again.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -13,12 +14,12 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from .convergence import load_early_stop
-from .plan_checks import check_model, check_sizes  # noqa: F401 - check_sizes: cli's, from here as always
-from .schema import check as check_schema
-from .errors import UsageError, check_int
-from .registry import TASKS, get_task, task_names
-from .task import MAX_TRAIN_SEED, SEED_BITS, level_key
+from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, level_key
+from ..diagnostics.convergence import load_early_stop
+from ..errors import UsageError, check_int
+from ..registry import TASKS, get_task, task_names
+from ..schema import check as check_schema
+from .plan_checks import check_model, check_sizes
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
 # Settings beside those every cell records: seeds, early stopping (recorded only where it is on, so a
@@ -374,3 +375,26 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
 
 def cell_from_dict(d: dict) -> Cell:
     return replace(Cell(**d), eval_levels=tuple(d["eval_levels"]))
+
+
+@functools.cache
+def profile_state_lengths() -> tuple[int, ...]:
+    """STATE_LENGTHS and the longest sequence (in tokens) any level of a built-in profile makes."""
+    import torch
+
+    from ..diagnostics.conformance import STATE_LENGTHS
+
+    longest, seen = 1, set()
+    for name in profile_names():
+        profile = load_profile(name)
+        for task_name in profile["tasks"]:
+            for cell in plan_task(task_name, profile, Overrides()):
+                task = get_task(task_name, **cell.task_options)
+                adapter = task.make_adapter(8)
+                for level in (cell.train_level, *cell.eval_levels):
+                    key = (task_name, json.dumps(cell.task_options, sort_keys=True), json.dumps(level, sort_keys=True))
+                    if key not in seen:
+                        seen.add(key)
+                        one = task.sample(level, 1, torch.Generator().manual_seed(0))
+                        longest = max(longest, adapter(one).shape[1])
+    return tuple(sorted({*STATE_LENGTHS, longest}))

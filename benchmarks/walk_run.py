@@ -1,0 +1,111 @@
+"""Walk a run's arguments through the code: which files `tmem-bench run` passes through, in order.
+
+Runs one tiny cell (`run coordinate_binding --models base --seeds 1 --steps 2`, serial, no
+report) under a profiler hook and records, in order, the first call of each function that receives
+the run's arguments or what was made from them (`walk`), in the package less the models and tasks
+a cell trains (tensor_memory/, tasks/, baselines/). Consecutive calls in one file are one stay; a
+climb back is a stay in a file the walk had already left. Prints the stays, the files and the climbs back, then
+the path itself. Works on any revision of the package (it only calls `tmem_bench.cli.main`).
+
+    python benchmarks/walk_run.py
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import tmem_bench
+from tmem_bench.cli import main
+
+PACKAGE = Path(tmem_bench.__file__).resolve().parent
+LEFT_OUT = ("tensor_memory", "tasks", "baselines")
+
+
+def _held(value, depth: int = 0):
+    """A value and what it holds (fields of dataclasses and namespaces, items of containers)."""
+    yield value
+    if depth >= 3 or isinstance(value, (str, bytes, int, float, bool, type(None), type)) or callable(value):
+        return
+    if isinstance(value, dict):
+        children = list(value.values())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        children = list(value)
+    elif hasattr(value, "__dict__"):
+        children = list(vars(value).values())
+    elif hasattr(value, "__dataclass_fields__"):
+        children = [getattr(value, f) for f in value.__dataclass_fields__]
+    else:
+        children = []
+    for child in children[:64]:
+        yield from _held(child, depth + 1)
+
+
+def walk() -> list[str]:
+    """The files of the functions the run's arguments reach, in the order they are first reached.
+
+    Tracked: the parsed arguments, what they hold and what cmd_run makes of them; then whatever a
+    call that received a tracked value returns (the overrides, the plan, its cells, the executor's options, ...). A call
+    is on the walk when one of its parameters is a tracked object (by identity; strings, numbers
+    and None are too common to follow by identity and are followed only inside what holds them)."""
+    seen, files, tracked, frames = set(), [], {}, set()
+
+    def follow(value):
+        for v in _held(value):
+            if not isinstance(v, (str, bytes, int, float, bool, type(None))):
+                tracked[id(v)] = v  # kept alive, so that an id is never reused
+
+    def hook(frame, event, arg):
+        code = frame.f_code
+        if event == "return" and id(frame) in frames:
+            frames.discard(id(frame))
+            follow(arg)
+            return
+        if event != "call":
+            return
+        if code.co_name == "cmd_run" and not tracked:
+            follow(frame.f_locals.get("args"))
+        caller = frame.f_back
+        if caller is not None and caller.f_code.co_name == "cmd_run":
+            follow(list(caller.f_locals.values()))  # what cmd_run made of its arguments so far
+        path = Path(code.co_filename)
+        if path.suffix != ".py" or PACKAGE not in path.parents or not tracked:
+            return
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in LEFT_OUT or code.co_name.startswith("<"):
+            return
+        names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        if not any(id(frame.f_locals.get(n)) in tracked for n in names if n not in ("self", "cls")):
+            return
+        frames.add(id(frame))
+        key = (str(rel), code.co_name)
+        if key not in seen:
+            seen.add(key)
+            files.append(str(rel))
+
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["run", "coordinate_binding", "--models", "base", "--seeds", "1", "--steps", "2",
+                "--out", str(Path(out) / "run"), "--no-report", "--executor", "serial"]
+        sys.setprofile(hook)
+        try:
+            code = main(argv)
+        finally:
+            sys.setprofile(None)
+    if code != 0:
+        raise SystemExit(f"the run failed (exit {code})")
+    return files
+
+
+def stays(files: list[str]) -> list[str]:
+    return [f for i, f in enumerate(files) if i == 0 or files[i - 1] != f]
+
+
+def main_() -> None:
+    path = stays(walk())
+    climbs = sum(1 for i, f in enumerate(path) if f in path[:i])
+    print(f"{len(path)} stays in {len(set(path))} files, {climbs} climbs back")
+    print(" -> ".join(path))
+
+
+if __name__ == "__main__":
+    main_()

@@ -1,0 +1,96 @@
+"""The parsers of the command line's values: each a one-line error naming the flag and what it takes."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+
+MAX_SEEDS = 1000  # seeds per cell from a count; a list may name any seeds
+
+
+def number(text: str, what: str):
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{what}: {text!r} is not a number") from None
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def parse_levels(items: list[str]) -> dict[str, list]:
+    levels = {}
+    for item in items:
+        axis, sep, values = item.partition("=")
+        if not sep or not axis or not values:
+            raise UsageError(f"--level {item!r} is malformed; expected AXIS=V1,V2,... (for example n_writes=5,10)")
+        if axis in levels:
+            raise UsageError(f"--level {axis} is given twice; give all its values once: --level {axis}=V1,V2,...")
+        levels[axis] = [number(v, f"--level {axis}") for v in values.split(",")]
+    return levels
+
+
+def parse_train_at(text: str | None):
+    if text is None or text == "each":
+        return text
+    out = {}
+    for item in text.split(","):
+        axis, sep, value = item.partition("=")
+        if not sep or not axis or not value:
+            raise UsageError(f"--train-at {text!r} is malformed; expected 'each' or AXIS=V[,AXIS=V...]")
+        out[axis] = number(value, f"--train-at {axis}")
+    return out
+
+
+def parse_seeds(text: str | None):
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--seeds {text!r} is malformed; expected a count (3) or a list (0,1,2)") from None
+    if len(values) == 1:
+        if values[0] <= 0:
+            raise UsageError(f"--seeds count must be positive, got {values[0]}")
+        if values[0] > MAX_SEEDS:
+            raise UsageError(f"--seeds count must be at most {MAX_SEEDS}, got {values[0]}")
+        return list(range(values[0]))
+    return values
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def parse_options(items: list[str]) -> dict:
+    """--option KEY=VALUE items -> factory options; numbers and true/false are typed, anything else is a string."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"--option {item!r} is malformed; expected KEY=VALUE (for example kernel=eager)")
+        if value.lower() in ("true", "false"):
+            options[key] = value.lower() == "true"
+        else:
+            try:
+                options[key] = number(value, f"--option {key}")
+            except UsageError:
+                options[key] = value
+    return options
+
+
+def sbatch_options(items: list[str]) -> dict[str, str]:
+    """--slurm-option KEY=VALUE items -> extra sbatch options (`account=proj` becomes `--account=proj`)."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key or not value:
+            raise UsageError(f"--slurm-option {item!r} is malformed; expected KEY=VALUE (for example account=proj)")
+        options[key.replace("-", "_")] = value
+    return options

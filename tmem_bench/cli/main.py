@@ -1,0 +1,128 @@
+"""The `tmem-bench` command: its parser, and each subcommand handed to the module that runs it."""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from ..errors import UsageError, storage_error
+from .args import positive
+from .catalogue import cmd_check, cmd_list
+from .leaderboard import add_leaderboard_parser, cmd_leaderboard
+from .probe import add_probe_parser, cmd_probe
+from .run import cmd_jobs, cmd_report, cmd_run
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # One line, exit 2, no usage dump: the same shape as every other bad-input error.
+        print(f"tmem-bench: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tmem-bench", description="Diagnostic toy tasks for memory in sequence models.")
+    parser.add_argument("--debug", action="store_true", help="on an error, also print the full traceback")
+    # Also accepted after the subcommand; SUPPRESS keeps a subcommand from resetting it to False.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", parents=[debug],
+                         help="train and evaluate every cell of a task (or 'all') under a profile")
+    run.add_argument("task", help="a task name (see `tmem-bench list`) or 'all'")
+    run.add_argument("--profile", default="quick", help="profile name or path to a TOML file (default: quick)")
+    run.add_argument("--models", help="comma-separated model names or module:attribute, replacing the profile's")
+    run.add_argument("--level", action="append", default=[], metavar="AXIS=V1,V2",
+                     help="levels of a sweep axis (repeatable); a model is then trained at each of them")
+    run.add_argument("--train-at", metavar="each|AXIS=V", help="train one model per level ('each') or at one level")
+    run.add_argument("--seeds", help="number of seeds (3) or a list of seeds (0,1,2)")
+    run.add_argument("--steps", type=positive, help="training steps per cell")
+    run.add_argument("--batch-size", type=positive, help="training batch size")
+    run.add_argument("--selection-only", action="store_true",
+                     help="train only the learning-rate trials and second selection seeds, write selection.json, stop")
+    run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
+    run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
+    run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
+    run.add_argument("--append", action="store_true",
+                     help="add this plan's cells to a run directory that holds a different plan")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan and an estimate of its wall time on this machine and executor, from a "
+                          "few measured training steps per shape; nothing is trained or written")
+    run.add_argument("--executor", default="serial", metavar="serial|local|ray|slurm",
+                     help="where the cells run: serial (in this process, the default), local (a process pool), "
+                          "ray (one Ray task per cell), slurm (a job array through submitit)")
+    run.add_argument("--workers", type=positive, metavar="N",
+                     help="local: worker processes (default one per GPU, else one per core); "
+                          "slurm: array tasks at once")
+    run.add_argument("--address", metavar="ADDR",
+                     help="ray: the address of a running Ray cluster (default: start a local Ray)")
+    run.add_argument("--cpus-per-cell", type=positive, metavar="N",
+                     help="CPU cores (torch threads) each cell gets; the same count gives the same CPU numbers "
+                          "under every executor (default: this process's threads, or the cores split among workers)")
+    run.add_argument("--gpus-per-cell", type=float, metavar="N",
+                     help="GPUs each cell gets (ray: may be a fraction; slurm: whole)")
+    run.add_argument("--retries", type=int, default=1, metavar="N",
+                     help="tries after a cell's first failure before it is recorded in failed/ (default 1)")
+    run.add_argument("--slurm-partition", metavar="NAME", help="slurm: the partition the jobs are submitted to")
+    run.add_argument("--slurm-time", default="240", metavar="TIME",
+                     help="slurm: time limit per cell, MINUTES, H:MM:SS or D-HH:MM:SS (default 240 minutes)")
+    run.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="slurm: an extra sbatch option (repeatable), e.g. account=proj, qos=high, constraint=a100")
+    run.add_argument("--slurm-cluster", default="slurm", metavar="slurm|local",
+                     help="slurm: 'local' runs the jobs as processes on this machine through submitit, to try a setup")
+
+    jobs = sub.add_parser("jobs", parents=[debug], help="the jobs running a run's cells; --cancel stops them")
+    jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run directory started with --executor slurm (or any)")
+    jobs.add_argument("--cancel", action="store_true", help="cancel the run's jobs still queued or running")
+
+    rep = sub.add_parser("report", parents=[debug],
+                         help="write report.md and figures/ of a run from its stored cell results")
+    rep.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds manifest.json and cells/)")
+
+    lst = sub.add_parser("list", help="tasks with their sweep axes and levels, models, profiles")
+    lst.add_argument("--params", action="store_true", help="also print each model's parameter count per task")
+
+    chk = sub.add_parser("check", parents=[debug],
+                         help="conformance checks a backbone (or with --task, a task) must pass "
+                              "(exit 0: all pass, 1: one fails)")
+    chk.add_argument("model", metavar="MODEL", nargs="?", help="a registered model name or module:attribute")
+    chk.add_argument("--task", metavar="TASK",
+                     help="check this task (a registered name or module:attribute) instead of a model")
+    chk.add_argument("--d-model", type=positive, default=16, help="model width the checks build (default 16)")
+    chk.add_argument("--n-layers", type=positive, default=2, help="layers (default 2)")
+    chk.add_argument("--n-heads", type=positive, default=2, help="heads (default 2)")
+    chk.add_argument("--seq-len", type=positive, default=16, help="sequence length fed to the model (default 16)")
+    chk.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="an option passed to the model's factory (repeatable), e.g. --option kernel=eager; "
+                          "with --task, to every variant of the task, e.g. --option n_frames=4")
+
+    add_leaderboard_parser(sub, debug, _Parser)
+    add_probe_parser(sub, debug)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        commands = {"run": cmd_run, "list": cmd_list, "report": cmd_report, "check": cmd_check,
+                    "leaderboard": cmd_leaderboard, "jobs": cmd_jobs, "probe": cmd_probe}
+        return commands[args.command](args)
+    except UsageError as e:
+        if args.debug:
+            traceback.print_exception(e)
+        print(f"tmem-bench: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        message = storage_error(e)
+        if message is None:
+            raise
+        if args.debug:
+            traceback.print_exception(e)
+        print(f"tmem-bench: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tmem-bench: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130

@@ -1,0 +1,119 @@
+"""The local pool: spawned processes on this machine, each with its own torch threads and, with
+GPUs, one device each; a worker that dies fails the cell it ran and the pool is rebuilt for the rest."""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Iterator
+
+from .base import TICK_S, Executor, Step, available_cores, failure
+
+_started = None  # in a worker of a local pool: where it says which cell it starts
+
+
+def _init_worker(driver_pid: int, gpus, started) -> None:
+    global _started
+    _started = started
+    if sys.platform.startswith("linux"):
+        # A worker dies with its driver: a killed driver leaves no orphan writing into the run directory.
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != driver_pid:
+            os._exit(1)
+    if gpus is not None:
+        # Before anything initialises CUDA in this process, so that it sees its one device as cuda:0.
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
+
+
+def _announced(fn, job: dict):
+    """`fn(job)` in a pool worker that first tells the driver its process id and the cell: when a
+    worker dies, its pool fails every cell in it, and this names the one that was running there."""
+    _started.put((os.getpid(), job["cell_id"]))
+    return fn(job)
+
+
+def _death(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class LocalPool(Executor):
+    """A pool of spawned processes on this machine; with GPUs, each worker pinned to one of them."""
+    name = "local"
+
+    def __init__(self, workers: int | None, cpus: int | None, gpus: int):
+        self.gpus = gpus
+        self.workers = self.slots = workers or gpus or available_cores()
+        # Unless told, every worker would start a thread per core of the machine, oversubscribing it.
+        self.threads = cpus or max(1, available_cores() // self.workers)
+
+    def describe(self) -> str:
+        pinned = f", one GPU each of {self.gpus}" if self.gpus else ""
+        return f"on a local pool of {self.workers} worker(s), {self.threads} thread(s) each{pinned}"
+
+    def map(self, fn, jobs):
+        pending = list(jobs)
+        while pending:
+            pending = yield from self._until_broken(fn, pending)
+
+    def _until_broken(self, fn, jobs: list[dict]) -> Iterator[Step]:
+        """Run `jobs` on a fresh pool. A worker that dies breaks the pool for every cell in it: the
+        cell that worker ran fails, and the others are returned, to go on in the next pool."""
+        context = multiprocessing.get_context("spawn")
+        gpus = None
+        if self.gpus:
+            gpus = context.SimpleQueue()
+            for i in range(self.workers):
+                gpus.put(i % self.gpus)
+        started = context.SimpleQueue()
+        pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_worker,
+                                   initargs=(os.getpid(), gpus, started))
+        futures, processes, broken = {}, {}, []
+        try:
+            futures = {pool.submit(_announced, fn, job): job for job in jobs}
+            while futures:
+                done, _ = wait(futures, timeout=TICK_S, return_when=FIRST_COMPLETED)
+                processes.update(getattr(pool, "_processes", None) or {})
+                if not done:
+                    yield None
+                for future in done:
+                    job = futures.pop(future)
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        broken.append(job)
+                        continue
+                    except Exception as e:  # noqa: BLE001 - the job or its result could not be pickled
+                        outcome = failure(job, e)
+                    yield job, outcome
+        finally:
+            # The driver stopped early (interrupted, or raised): cells still running are abandoned
+            # rather than waited for, and a rerun resumes them.
+            if futures:
+                for process in dict(getattr(pool, "_processes", None) or {}).values():
+                    process.terminate()
+            # A broken pool is waited for: then every worker's exit code is known.
+            pool.shutdown(wait=not futures, cancel_futures=True)
+        if not broken:
+            return []
+        last = {}
+        while not started.empty():
+            pid, cell_id = started.get()
+            last[pid] = cell_id
+        # The pool ends the survivors with SIGTERM once one worker died; any other end is the death.
+        dead = {last[pid]: p.exitcode for pid, p in processes.items()
+                if pid in last and p.exitcode not in (None, -signal.SIGTERM)}
+        # A death no worker's cell explains fails every cell it broke, rather than rebuilding forever.
+        blamed = [job for job in broken if job["cell_id"] in dead] or broken
+        for job in blamed:
+            how = _death(dead[job["cell_id"]]) if job["cell_id"] in dead else "a worker of the pool died"
+            yield job, failure(job, f"its worker process died ({how}) while running this cell")
+        return [job for job in broken if job not in blamed]

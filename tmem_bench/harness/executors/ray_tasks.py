@@ -1,0 +1,65 @@
+"""Ray tasks: one per cell, on an existing cluster or on a local Ray started here (and reaped
+with the driver)."""
+from __future__ import annotations
+
+import os
+
+from ...errors import UsageError
+from .base import TICK_S, Executor, failure, first_line
+from .reaper import descendants, reap_when_gone
+
+
+class RayTasks(Executor):
+    """One Ray task per cell, on the cluster at `address` or on a local Ray started here."""
+    name = "ray"
+    slots = None
+
+    def __init__(self, address: str | None, cpus: int | None, gpus: float | None):
+        import ray
+
+        self.ray, self.address = ray, address
+        self.started = not ray.is_initialized()
+        self.reaper = None
+        if self.started:
+            try:
+                ray.init(address=address, include_dashboard=False, configure_logging=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise UsageError(f"--address {address!r}: cannot start or reach Ray: {first_line(e)}") from None
+            if address is None:
+                self.reaper = reap_when_gone(descendants(os.getpid()))
+        self.cpus, self.gpus = cpus or 1, gpus or 0
+        # Ray gives each task one thread by default (OMP_NUM_THREADS=1): the cell sets its own.
+        self.threads = self.cpus
+
+    def describe(self) -> str:
+        where = "Ray at " + self.address if self.address else "a local Ray"
+        return f"as Ray tasks on {where} ({self.cpus} CPU(s), {self.gpus:g} GPU(s) per cell)"
+
+    def map(self, fn, jobs):
+        # max_retries=0: the driver retries a cell the same way whichever executor ran it.
+        remote = self.ray.remote(fn).options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0)
+        refs = {remote.remote(job): job for job in jobs}
+        try:
+            while refs:
+                done, _ = self.ray.wait(list(refs), num_returns=1, timeout=TICK_S)
+                if not done:
+                    yield None
+                for ref in done:
+                    job = refs.pop(ref)
+                    try:
+                        yield job, self.ray.get(ref)
+                    except Exception as e:  # noqa: BLE001 - a worker or node was lost
+                        yield job, failure(job, e)
+        finally:
+            for ref in refs:
+                self.ray.cancel(ref, force=True)
+
+    def record(self) -> dict:
+        return {"address": self.ray.get_runtime_context().gcs_address if self.ray.is_initialized() else None}
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+        if self.reaper is not None:
+            self.reaper.stdin.close()  # Ray has shut its processes down: the reaper ends any straggler
+            self.reaper.wait()
