@@ -270,6 +270,11 @@ class Recall(Task):
     def oracle(self, level, batch):
         return batch["values"][:, :1]
 
+    def reach_positions(self, level, batch):
+        n = batch["values"].shape[1]
+        items = torch.arange(n + 1) < n
+        return items, ~items
+
 
 class WrongOracle(Recall):
     def oracle(self, level, batch):
@@ -320,6 +325,46 @@ class Relays(Recall):
         return RelayAdapter(d_model, self)
 
 
+class Unmarked(Recall):
+    reach_positions = Task.reach_positions  # None: the reach and state probes see no evidence
+
+
+class MarkedBackwards(Recall):
+    def reach_positions(self, level, batch):
+        return tuple(reversed(super().reach_positions(level, batch)))
+
+
+class MarkedShort(Recall):
+    def reach_positions(self, level, batch):
+        return tuple(p[:-1] for p in super().reach_positions(level, batch))
+
+
+class MarkedOffByOne(Recall):
+    def reach_positions(self, level, batch):
+        items, query = super().reach_positions(level, batch)
+        last = torch.arange(len(items)) == len(items) - 2
+        return items & ~last, query | last  # the last item, which attends to the others, marked an answer
+
+
+def recall_factory(**options):
+    """A function that builds the task: no forces_memory for the report to ask."""
+    return Recall(**options)
+
+
+class SetOption(Recall):
+    def options(self):
+        return {**super().options(), "tags": {"a"}}
+
+    def __init__(self, block_query: bool = False, tags=()):
+        super().__init__(block_query)
+
+
+class NumpyLevel(Recall):
+    def check_value(self, axis, value):
+        import numpy
+        return numpy.int64(check_int(axis, value))
+
+
 def test_a_good_task_passes_every_task_check():
     results = conformance_tasks.run_task_checks(Recall)
     assert [r.name for r in results] == [conformance_tasks.task_check_name(c) for c in conformance_tasks.TASK_CHECKS]
@@ -335,12 +380,26 @@ def test_a_good_task_passes_every_task_check():
     (Relays, "blocked", "the edge 4 -> 0 is blocked, but attention reaches 0 from 4 through other tokens"),
     (Relays, "blind", "the attention reference's answer moves with the blocked tokens"),
     (Peeks, "blind", "the tokens attention still sees tell the target"),
+    (Unmarked, "reach", "memory_forcing at n_items=3: a memory-forcing variant marks no evidence and answer tokens"),
+    (MarkedBackwards, "reach", "evidence token 3 comes after answer token 0"),
+    (MarkedShort, "reach", "expected two bool (4,) masks over the adapter's tokens"),
+    (MarkedOffByOne, "reach", "attention still carries the marked evidence to the marked answer"),
 ])
 def test_each_task_check_fails_the_task_broken_its_way(cls, failing, needle):
     check = next(c for c in conformance_tasks.TASK_CHECKS if conformance_tasks.task_check_name(c) == failing)
     result = check(cls, conformance_tasks.TaskSpec())
     assert not result.passed and needle in result.detail, result.detail
     assert conformance_tasks.check_task_declarations(cls, conformance_tasks.TaskSpec()).passed
+
+
+@pytest.mark.parametrize("factory, needle", [
+    (recall_factory, "has no forces_memory"),
+    (SetOption, "are not JSON, as every cell records them"),
+    (NumpyLevel, "comes back from JSON as TypeError"),
+])
+def test_the_declarations_check_fails_the_task_broken_its_way(factory, needle):
+    result = conformance_tasks.check_task_declarations(factory, conformance_tasks.TaskSpec())
+    assert not result.passed and needle in result.detail, result.detail
 
 
 def test_a_task_whose_declarations_fail_is_not_checked_further():
@@ -352,7 +411,7 @@ def test_a_task_whose_declarations_fail_is_not_checked_further():
 def test_check_task_command(capsys):
     assert main(["check", "--task", "no_harm"]) == 0
     out = capsys.readouterr().out
-    assert "task no_harm: 7 of 7 checks pass" in out and "FAIL" not in out
+    assert "task no_harm: 8 of 8 checks pass" in out and "FAIL" not in out
     assert main(["check", "--task", "test_conformance:WrongOracle"]) == 1
     assert "failed: oracle" in capsys.readouterr().out
 

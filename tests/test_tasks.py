@@ -1,9 +1,11 @@
 """Every registered task, through the task conformance checks; then what is particular to each family.
 
 The generic checks (conformance_tasks: declarations, batches, the oracle and the ceiling, chance,
-fingerprints, blocked edges, attention blind under memory forcing) run over every registered task,
-every variant it names and every level of its own grid, so a new task (or variant) is covered
-without new test code; tests/test_conformance.py shows that each of them can fail.
+fingerprints, blocked edges, attention blind under memory forcing, reach positions) run over every
+registered task, every variant it names and every level of its own grid, so a new task (or
+variant) is covered without new test code, and what these tests know of each task comes from its
+own declarations; tests/test_conformance.py shows that each check can fail. A profile runs the
+tasks it lists and no other: a new task need not be in any.
 """
 from __future__ import annotations
 
@@ -20,20 +22,21 @@ import tmem_bench
 from tmem_bench.contracts.task import fingerprint
 from tmem_bench.diagnostics.conformance_tasks import TASK_CHECKS, TaskSpec, task_check_name, task_levels, task_variants
 from tmem_bench.errors import UsageError
-from tmem_bench.harness.plan import Cell, load_profile
+from tmem_bench.harness.plan import Cell, load_profile, plan_run, profile_names
 from tmem_bench.harness.train import run_cell
-from tmem_bench.registry import BUILTIN_TASKS, TASKS, get_task, task_names
+from tmem_bench.registry import TASKS, get_task, task_names
 from tmem_bench.tasks import map_building, occlusion
 
 NAMES = task_names()
-PROFILES = ("quick", "paper")
 VARIANTS = [(name, variant, task) for name in NAMES for variant, task in task_variants(TASKS.get(name), {})]
 
 
-@pytest.mark.parametrize("name", BUILTIN_TASKS)
-def test_every_builtin_task_is_in_every_profile(name):
-    for profile in PROFILES:
-        assert name in load_profile(profile)["tasks"], f"{name} has no [tasks.{name}] in {profile}.toml"
+@pytest.mark.parametrize("profile", profile_names())
+def test_a_profile_runs_the_tasks_it_lists_and_plans_any_other_it_is_given(profile):
+    listed = set(load_profile(profile)["tasks"])
+    assert {c.task for c in plan_run("all", profile).cells} == listed
+    for name in NAMES:  # one it does not list is planned from the task's own levels and variants
+        assert {c.task for c in plan_run(name, profile).cells} == {name}
 
 
 @pytest.mark.parametrize("check", TASK_CHECKS, ids=task_check_name)
@@ -64,13 +67,16 @@ def test_tiny_end_to_end_run(name, variant, task):
         assert 0.0 <= entry["accuracy"] <= 1.0 and entry["n"] == batch["target"].numel()
 
 
-def test_the_memory_forcing_variants_are_the_blocking_ones():
-    forcing = {(n, v) for n, v, t in VARIANTS if v in t.memory_forcing}
-    assert forcing == {("coordinate_binding", "memory_forcing"), ("occlusion", "memory_forcing"),
-                       ("map_building", "memory_forcing"), ("map_building", "cells_memory_forcing")}
-    for name, variant, task in VARIANTS:
-        assert task.forces_memory(task.options()) == ((name, variant) in forcing)
-        assert task.forces_memory({**task.options(), "n_frames": 4}) == ((name, variant) in forcing)  # sizes aside
+@pytest.mark.parametrize("name,variant,task", VARIANTS, ids=[f"{n}-{v}" for n, v, _ in VARIANTS])
+def test_the_memory_forcing_variants_are_the_blocking_ones(name, variant, task):
+    """A variant is declared memory-forcing exactly when its adapter blocks attention edges at some
+    level of its grid, and stays so whatever other options a profile gives it (sizes, say)."""
+    forcing = variant in task.memory_forcing
+    blocks = any((b := task.make_adapter(16).blocked(task.sample(level, 1, torch.Generator().manual_seed(0))))
+                 is not None and b.any() for level in task_levels(task))
+    assert blocks == forcing
+    assert TASKS.get(name).forces_memory(task.options()) == forcing
+    assert TASKS.get(name).forces_memory({**task.options(), "an_option_no_variant_sets": 4}) == forcing
 
 
 def cut(blocked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -121,7 +121,10 @@ class Task:
     def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(S,) bool masks over the adapter's tokens of a batch at `level`: the evidence tokens (what
         the answer must be read from) and the answer tokens (the outputs the head reads), for the
-        information-reach probe; None for a task without a memory axis."""
+        information-reach probe of every cell and the state probe; None for a task without a memory
+        axis. Disjoint, some answer tokens, every evidence token before every answer token; every
+        memory-forcing variant gives them, and where it blocks edges they cut this evidence from
+        this answer (`tmem-bench check --task`'s reach check)."""
         return None
 
     def eval_seed(self, level: Level) -> int:

@@ -18,9 +18,11 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, Task, fingerprint
 from ..levels import level_key
 from .conformance import CheckResult, guarded
+from .reach import reach_probe
 
 ATTENTION_REFERENCE = "base"  # attention and nothing else: what memory forcing must leave blind
 TASK_WIDTH = 16  # d_model of the adapters and the attention reference the task checks build
@@ -66,13 +68,24 @@ def _each(factory: Callable, spec: TaskSpec, body: Callable[[str, Task, dict], s
     return True, f"{what} at {n} (variant, level) pairs"
 
 
+def _json(value):
+    """`value` as a cell records it: through JSON and back (a TypeError where it is not JSON)."""
+    return json.loads(json.dumps(value))
+
+
 def check_task_declarations(factory: Callable, spec: TaskSpec) -> CheckResult:
     """A Task with a name, axes, classes and version; its levels cover its axes; every variant
-    builds, is memory-forcing exactly when it says so, and its recorded options rebuild it."""
+    builds, is memory-forcing exactly when it says so (by the task and by the registered factory,
+    which the report and the board ask without building a task), and what a cell records of it
+    (its options and levels, as JSON) rebuilds it."""
     def body():
         task = factory(**spec.options)
         if not isinstance(task, Task):
             return False, f"the factory returned {type(task).__name__}, not a tmem_bench.contracts.task.Task"
+        if not callable(getattr(factory, "forces_memory", None)):
+            return False, (f"the registered factory {getattr(factory, '__qualname__', factory)!r} has no forces_memory "
+                           "(the report and the board call it on what is registered, without building a task): "
+                           "register the Task class itself")
         if not (isinstance(task.name, str) and task.name and isinstance(task.version, int) and task.version >= 1):
             return False, (f"name {task.name!r} and version {task.version!r} must be a non-empty string and "
                            "an integer >= 1")
@@ -86,16 +99,32 @@ def check_task_declarations(factory: Callable, spec: TaskSpec) -> CheckResult:
         if task.forces_memory(task.options()):
             return False, "the default options (the standard variant) are memory-forcing; name that a variant instead"
         for name, variant in task_variants(factory, spec.options):
-            if variant.forces_memory(variant.options()) != (name in task.memory_forcing):
-                return False, (f"variant {name} {'is' if name not in task.memory_forcing else 'is not'} memory-forcing "
+            forcing = name in task.memory_forcing
+            if variant.forces_memory(variant.options()) != forcing:
+                return False, (f"variant {name} {'is' if not forcing else 'is not'} memory-forcing "
                                f"by its options {variant.options()}, but memory_forcing says otherwise")
-            again = factory(**variant.options())
+            if factory.forces_memory(variant.options()) != forcing:
+                return False, (f"variant {name}: the registered factory's forces_memory says {not forcing}, the task "
+                               f"says {forcing} (declare variants and memory_forcing on the class)")
+            try:
+                recorded = _json(variant.options())
+            except (TypeError, ValueError) as e:
+                return False, f"variant {name}: its options {variant.options()} are not JSON, as every cell records them ({e})"
+            again = factory(**recorded)
+            for level in task_levels(variant):
+                try:
+                    back = variant.validate_level(_json(level))
+                except Exception as e:  # noqa: BLE001 - not JSON, or refused once it is: this check's failure
+                    back = f"{type(e).__name__}: {e}"
+                if back != level:
+                    return False, (f"variant {name}: the level {level} comes back from JSON as {back} "
+                                   "(a cell records its levels as JSON)")
             level = task_levels(variant)[-1]
             # Data that a seed does not fix is the fingerprints check's failure, not this one's.
             a, a2, b = (fingerprint(t.sample(level, 4, torch.Generator().manual_seed(0)))
                         for t in (variant, variant, again))
-            if again.options() != variant.options() or a == a2 != b:
-                return False, f"variant {name}: its recorded options {variant.options()} do not rebuild it"
+            if _json(again.options()) != recorded or a == a2 != b:
+                return False, f"variant {name}: its recorded options {recorded} do not rebuild it"
         forcing = ", ".join(task.memory_forcing) or "none"
         return True, (f"{task.name} v{task.version}: axes {', '.join(task.axes) or 'none'}, {task.n_classes} classes, "
                       f"variants {', '.join(task.variants)} (memory-forcing: {forcing})")
@@ -306,9 +335,70 @@ def check_task_blind(factory: Callable, spec: TaskSpec) -> CheckResult:
     return guarded("blind", body)
 
 
+def _positions(positions, S: int) -> tuple[torch.Tensor, torch.Tensor] | str:
+    """reach_positions' answer as (evidence, answer), or what is wrong with it."""
+    if not (isinstance(positions, (tuple, list)) and len(positions) == 2
+            and all(isinstance(p, torch.Tensor) for p in positions)):
+        return f"reach_positions gives {type(positions).__name__}, not a pair of tensors (evidence, answer)"
+    shapes = [f"{p.dtype} {tuple(p.shape)}" for p in positions]
+    if any(p.dtype != torch.bool or tuple(p.shape) != (S,) for p in positions):
+        return f"reach_positions gives {' and '.join(shapes)}, expected two bool ({S},) masks over the adapter's tokens"
+    evidence, answer = (p.cpu() for p in positions)
+    if not answer.any():
+        return "reach_positions marks no answer token"
+    if (evidence & answer).any():
+        return f"token {int((evidence & answer).nonzero()[0])} is marked both evidence and answer"
+    if evidence.any() and int(evidence.nonzero().max()) > int(answer.nonzero().min()):
+        return (f"evidence token {int(evidence.nonzero().max())} comes after answer token {int(answer.nonzero().min())}: "
+                "the answer can only be read from earlier tokens (the state probe reads the state after the last "
+                "evidence token)")
+    return evidence, answer
+
+
+def check_task_reach(factory: Callable, spec: TaskSpec) -> CheckResult:
+    """Where a variant marks reach positions (`Task.reach_positions`: the reach probe of every cell
+    and the state probe read them), they are two bool masks over its adapter's tokens, disjoint,
+    with some answer tokens and every evidence token before every answer token; every
+    memory-forcing variant marks them, and at every level where it blocks edges, some evidence
+    that the blocked edges cut from the answer: the reach probe on the attention reference finds
+    an evidence gradient of exactly 0 there."""
+    def body():
+        reference, marked, unmarked = _attention_reference(), 0, []
+        for name, task in task_variants(factory, spec.options):
+            forcing = name in task.memory_forcing
+            for level in task_levels(task):
+                where = f"{name} at {level_key(level)}"
+                adapter, batch, x, blocked = _tokens(task, level, 4)
+                positions = task.reach_positions(level, batch)
+                if positions is None:
+                    if forcing:
+                        return False, (f"{where}: a memory-forcing variant marks no evidence and answer tokens "
+                                       "(reach_positions gives None); the reach and state probes read them")
+                    unmarked.append(name)
+                    continue
+                found = _positions(positions, x.shape[1])
+                if isinstance(found, str):
+                    return False, f"{where}: {found}"
+                marked += 1
+                if not (forcing and blocked is not None and blocked.any()):
+                    continue
+                if not found[0].any():
+                    return False, f"{where}: the memory-forcing variant blocks edges but marks no evidence"
+                reach = reach_probe(TaskModel(adapter, reference), task, level, batch)
+                if reach["evidence_grad"] != 0:
+                    return False, (f"{where}: attention still carries the marked evidence to the marked answer (the reach "
+                                   f"probe's evidence gradient is {reach['evidence_grad']:.3g}, not 0): the blocked "
+                                   "edges do not cut what reach_positions marks")
+        if not marked:
+            return True, "no variant marks evidence and answer tokens (none is memory-forcing)"
+        without = f"; none marked in {', '.join(dict.fromkeys(unmarked))}" if unmarked else ""
+        return True, f"evidence and answer marked at {marked} (variant, level) pairs{without}"
+    return guarded("reach", body)
+
+
 TASK_CHECKS = (
     check_task_declarations, check_task_batches, check_task_oracle, check_task_chance, check_task_fingerprints,
-    check_task_blocked, check_task_blind,
+    check_task_blocked, check_task_blind, check_task_reach,
 )
 
 
