@@ -72,5 +72,10 @@ class Recall(Task):
     def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
         return batch["symbols"].gather(1, batch["place"])  # (B, 1)
 
+    def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        n = batch["symbols"].shape[1]
+        symbols = torch.arange(n + 1) < n
+        return symbols, ~symbols  # the evidence, and the query whose output the head reads
+
     def make_adapter(self, d_model: int) -> Adapter:
         return RecallAdapter(d_model, self.block_query)
