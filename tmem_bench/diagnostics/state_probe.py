@@ -98,6 +98,18 @@ def probe_seed(task: Task, level: Level, part: str) -> int:
     return MAX_TRAIN_SEED + zlib.crc32(f"state_probe|{part}|{task.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
 
 
+def probe_problem(task: Task, level: Level, batch: Batch) -> str | None:
+    """Why the probe cannot read this task at this level, or None: it needs evidence to stop the
+    state after, and one answer token per target to put the query in."""
+    evidence, answers = task.reach_positions(level, batch)
+    if not bool(evidence.any()):
+        return f"cannot probe: task {task.name!r} marks no evidence at this level"
+    if int(answers.sum()) != batch["target"].shape[1]:
+        return (f"cannot probe: task {task.name!r} marks {int(answers.sum())} answer tokens for "
+                f"{batch['target'].shape[1]} targets; the probe needs one answer token per target")
+    return None
+
+
 class StateReader:
     """A frozen model's state after the evidence of a batch, and the batch's query tokens."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model
+from ..diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model, probe_problem
 from ..errors import UsageError
 from ..levels import level_key
 from ..registry import get_task
@@ -35,8 +35,12 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig) -> dic
     row = {"label": cell.label, "seed": cell.seed, **level, "accuracy": own, "probe_accuracy": None,
            "chance": task.chance(level), "status": NO_STATE}
     model = build_model(cell)
-    has_state = bool(model.memory_state(task.sample(level, 1, torch.Generator().manual_seed(0))))
-    if has_state and weights is None:
+    sample = task.sample(level, 1, torch.Generator().manual_seed(0))
+    has_state = bool(model.memory_state(sample))
+    problem = probe_problem(task, level, sample) if has_state else None
+    if problem:
+        row["status"] = problem
+    elif has_state and weights is None:
         row["status"] = "no weights"
     elif has_state:
         load_weights(weights, model)
