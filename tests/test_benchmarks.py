@@ -3,6 +3,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.harness.helpers import early_stop_text
+from tests.helpers import ROOT
+from tmem_bench.harness import runner
+from tmem_bench.harness.dryrun import fmt_duration
+from tmem_bench.harness.plan import make_plan
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -57,3 +63,48 @@ def test_compare_runs_names_a_malformed_cell_file(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"compare_runs: {tmp_path / 'b'}: cell file cells/x.json is unreadable")
+
+
+def test_profile_cost_prices_a_plan_from_a_runs_own_cell_times(tmp_path):
+    """Priced from its own run, a fixed-steps plan costs what its cells took; with early stopping
+    its cap is priced from the steps a cell ran, with every check."""
+    path = tmp_path / "fixed.toml"
+    path.write_text(early_stop_text(30, False).replace('"base"', '"base", "lstm"'))
+    results = runner.run_plan(make_plan("no_harm", str(path)), tmp_path / "run", device="cpu")
+    script = ROOT / "benchmarks" / "profile_cost.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), str(path), "--workers", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"2 cells, {fmt_duration(sum(r['wall_time_s'] for r in results))} of cell time" in proc.stdout
+    assert "at most" not in proc.stdout
+    capped = tmp_path / "capped.toml"
+    capped.write_text(path.read_text().replace("early_stop = false", "early_stop = true")
+                      .replace("steps = 30", "steps = 300"))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), str(capped), "--workers", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "at most about" in proc.stdout, proc.stderr
+
+
+def test_selection_agreement_counts_the_choices_two_runs_share_by_either_rule(tmp_path):
+    def run(name, searches):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "selection.json").write_text(json.dumps({"searches": searches}))
+        return str(folder)
+
+    def search(label, accuracies, chosen, second=()):
+        trials = [{"lr": lr, "cell_id": f"{label}{lr}", "accuracy": acc, "loss": 1.0, "status": "finished"}
+                  for lr, acc in accuracies.items()]
+        return {"task": "t", "variant": "v", "label": label, "model": label, "train_level": "w=1",
+                "grid": sorted(accuracies), "seeds": [1], "trials": trials, "chosen_lr": chosen, "at_edge": True,
+                "final_cells": [], "second_seed_lrs": list(second)}
+
+    a = run("a", [search("x", {1e-3: 0.6, 1e-2: 0.5}, 1e-3), search("y", {1e-3: 0.5, 1e-2: 0.52}, 1e-3, (1e-3, 1e-2))])
+    b = run("b", [search("x", {1e-3: 0.7, 1e-2: 0.2}, 1e-3), search("y", {1e-3: 0.53, 1e-2: 0.5}, 1e-3, (1e-3, 1e-2))])
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_agreement.py"
+    proc = subprocess.run([sys.executable, str(script), a, b], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "first seed alone: 1 of 2 choices agree" in proc.stdout
+    assert "t [v] y @ w=1: 0.01 against 0.001" in proc.stdout
+    assert "as chosen: 2 of 2 choices agree" in proc.stdout
+    assert "second seed trained in 1 of 2 shared searches" in proc.stdout

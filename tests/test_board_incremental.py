@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_leaderboard import empty_board, tiny_run
 
+from tests.test_leaderboard import empty_board, tiny_run
 from tmem_bench.cli import main
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.cache import CACHE_FILE

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_leaderboard import empty_board, tiny_run
 
+from tests.test_leaderboard import empty_board, tiny_run
 from tmem_bench.cli import main
 
 # Every operation a board's command changes the file system with; a kill just before any one of

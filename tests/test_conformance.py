@@ -192,7 +192,7 @@ def test_check_command_passes_a_registered_backbone(capsys):
 
 
 def test_check_command_fails_a_leaking_plugin(capsys):
-    assert main(["check", "test_conformance:leaky"]) == 1
+    assert main(["check", "tests.test_conformance:leaky"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "failed: causal, causal_blocked" in out
 
@@ -412,7 +412,7 @@ def test_check_task_command(capsys):
     assert main(["check", "--task", "no_harm"]) == 0
     out = capsys.readouterr().out
     assert "task no_harm: 8 of 8 checks pass" in out and "FAIL" not in out
-    assert main(["check", "--task", "test_conformance:WrongOracle"]) == 1
+    assert main(["check", "--task", "tests.test_conformance:WrongOracle"]) == 1
     assert "failed: oracle" in capsys.readouterr().out
 
 

@@ -5,36 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
-import torch
 
-from tmem_bench.diagnostics.causality import causality_probe
-
-CLI = [sys.executable, "-m", "tmem_bench.cli"]
-
-TINY = """
-[train]
-steps = {steps}
-batch_size = 8
-lr = {lr}
-weight_decay = 0.01
-grad_clip = 1.0
-log_every = 2
-eval_size = 16
-seeds = [0]
-
-[tasks.coordinate_binding]
-models = ["base"]
-model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
-levels = {{ n_writes = [3], noise = [0.0] }}
-"""
+from tests.helpers import CLI, last_line_error, new_board, run_cli, temporaries, write_one_cell
+from tests.profiles import one_cell
 
 PLUGINS = '''
 import torch
@@ -63,12 +40,6 @@ def raises(d_model, n_layers, n_heads, **options):
 '''
 
 
-def tiny_profile(folder: Path, steps: int = 4, lr: float = 1e-3, extra: str = "") -> str:
-    path = folder / "tiny.toml"
-    path.write_text(TINY.format(steps=steps, lr=lr) + extra)
-    return str(path)
-
-
 def profile_with(folder: Path, text: str, name: str = "bad.toml") -> str:
     path = folder / name
     path.write_text(text)
@@ -76,7 +47,7 @@ def profile_with(folder: Path, text: str, name: str = "bad.toml") -> str:
 
 
 def replace_line(key: str, line: str) -> str:
-    body = TINY.format(steps=4, lr=1e-3)
+    body = one_cell()
     return "\n".join(line if row.startswith(f"{key} =") else row for row in body.splitlines())
 
 
@@ -164,29 +135,6 @@ MALFORMED = [
 ]
 
 
-BOARD_SCHEMA = Path(__file__).resolve().parents[1] / "leaderboard" / "entry.schema.json"
-
-
-def empty_board(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    shutil.copy(BOARD_SCHEMA, folder / BOARD_SCHEMA.name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def submittable(tmp_path_factory):
-    """A folder with a finished run (run/, planned from an absolute profile path, so that it can be
-    submitted from anywhere) and a leaderboard where it is published as 'First' (published/)."""
-    from tmem_bench.cli import main
-
-    folder = tmp_path_factory.mktemp("submittable")
-    profile = tiny_profile(folder, steps=2)
-    assert main(["run", "coordinate_binding", "--profile", profile, "--out", str(folder / "run"), "--no-report"]) == 0
-    board = empty_board(folder / "published")
-    assert main(["leaderboard", "submit", str(folder / "run"), "--name", "First", "--leaderboard", str(board)]) == 0
-    return folder
-
-
 @pytest.fixture
 def inputs(tmp_path, monkeypatch, submittable):
     """The files the malformed command lines name, in their own folder; the command runs in another."""
@@ -195,9 +143,9 @@ def inputs(tmp_path, monkeypatch, submittable):
     (files / "folder.toml").mkdir()
     profile_with(files, replace_line("model", 'model = { d_model = 16, n_layers = 1, n_heads = 2, dropout = "lots" }'),
                  "dropout.toml")
-    empty_board(files / "board")
+    new_board(files / "board")
     shutil.copytree(submittable / "published", files / "published")
-    (empty_board(files / "notutf8") / "entries" / "notutf8").mkdir(parents=True)
+    (new_board(files / "notutf8") / "entries" / "notutf8").mkdir(parents=True)
     (files / "notutf8" / "entries" / "notutf8" / "entry.json").write_bytes(b"\xff\xfe{}")
     for name, (content, _) in JOBS_RECORDS.items():
         (files / name).mkdir()
@@ -208,11 +156,11 @@ def inputs(tmp_path, monkeypatch, submittable):
     profile_with(files, replace_line("lr", 'lr = "fast"'), "lr_string.toml")
     profile_with(files, replace_line("lr", "lr = -1.0"), "lr_negative.toml")
     profile_with(files, replace_line("weight_decay", 'weight_decay = "none"'), "wd.toml")
-    profile_with(files, TINY.format(steps=4, lr=1e-3) + "train = 5\n", "train5.toml")
+    profile_with(files, one_cell() + "train = 5\n", "train5.toml")
     profile_with(files, replace_line("levels", 'levels = "5,10"'), "levels.toml")
     profile_with(files, replace_line("models", "models = []"), "nomodels.toml")
     profile_with(files, replace_line("seeds", "seeds = [1, 1]"), "seeds.toml")
-    profile_with(files, TINY.format(steps=4, lr=1e-3).replace("coordinate_binding]", "mapbuilding]"),
+    profile_with(files, one_cell().replace("coordinate_binding]", "mapbuilding]"),
                  "unknown_task.toml")
     (files / "latin1.toml").write_bytes("description = \"caf\xe9\"\n".encode("latin-1"))
     (files / "hardening_plugins.py").write_text(PLUGINS)
@@ -264,140 +212,6 @@ def test_malformed_input_in_a_real_process_has_no_traceback(inputs):
         f"tmem-bench: error: profile '{files / 'stepz.toml'}': train: unknown key 'stepz'; allowed: batch_size, "
         "early_stop, eval_size, grad_clip, log_every, lr, seeds, selection_second_seed, steps, weight_decay"]
     assert tree(work) == []
-
-
-def run_cli(args, cwd):
-    # A wide console: rich would otherwise fold the messages the tests look for.
-    return subprocess.run(CLI + args, capture_output=True, text=True, cwd=cwd, timeout=300,
-                          env={**os.environ, "COLUMNS": "400"})
-
-
-# Finite at initialisation; Adam's first step moves `g` by the lr whatever its gradient, and cosh(1e5 g)
-# then overflows: the loss of step 2 is not finite (an lr out of range is refused before training).
-DIVERGING = '''
-import torch
-import torch.nn as nn
-
-
-class Diverging(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.g = nn.Parameter(torch.tensor(1e-9))
-
-    def forward(self, x, blocked=None):
-        return x * torch.cosh(1e5 * self.g)
-
-
-def diverging(d_model, n_layers, n_heads, **options):
-    return Diverging()
-'''
-
-
-def test_divergence_stops_the_cell_and_is_reported(tmp_path):
-    profile = tiny_profile(tmp_path, steps=20)
-    (tmp_path / "hardening_diverging.py").write_text(DIVERGING)
-    proc = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run",
-                    "--models", "hardening_diverging:diverging"], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "DIVERGED at step" in proc.stderr
-    result = json.loads(next((tmp_path / "run" / "cells").glob("*.json")).read_text())
-    assert result["status"] == "diverged" and 1 < result["diverged_at_step"] <= 20
-    assert all(h["step"] < result["diverged_at_step"] for h in result["history"])
-    table = pd.read_csv(tmp_path / "run" / "results.csv")
-    assert set(table["status"]) == {"diverged"} and table["final_loss"].notna().all()
-    report = (tmp_path / "run" / "report.md").read_text()
-    assert "## Diverged training" in report and f"step {result['diverged_at_step']} of 20" in report
-    assert "diverged at step" in proc.stdout  # the console summary's status column
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A folder holding tiny.toml and the finished run of it in run/ (copy it before changing it)."""
-    folder = tmp_path_factory.mktemp("finished")
-    tiny_profile(folder, steps=2)
-    proc = run_cli(["run", "coordinate_binding", "--profile", "tiny.toml", "--out", "run"], folder)
-    assert proc.returncode == 0, proc.stderr
-    return folder
-
-
-def test_finished_cells_say_so_and_carry_their_final_loss(finished_run):
-    table = pd.read_csv(finished_run / "run" / "results.csv")
-    result = json.loads(next((finished_run / "run" / "cells").glob("*.json")).read_text())
-    assert set(table["status"]) == {"finished"} and result["diverged_at_step"] is None
-    assert table["final_loss"].iloc[0] == pytest.approx(result["history"][-1]["loss"])
-
-
-def test_probe_names_non_finite_outputs():
-    class NaNs(torch.nn.Module):
-        def forward(self, x, blocked=None):
-            return x * float("nan")
-
-    assert causality_probe(NaNs(), d_model=4, seq_len=6)["verdict"] == "non-finite"
-
-
-def test_a_second_writer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_path):
-    profile = tiny_profile(tmp_path, steps=100000)
-    first = subprocess.Popen(CLI + ["run", "coordinate_binding", "--profile", profile, "--out", "run"],
-                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lock = tmp_path / "run" / ".lock"
-    try:
-        deadline = time.monotonic() + 120
-        while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert json.loads(lock.read_text())["pid"] == first.pid
-        second = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run"], tmp_path)
-        assert second.returncode == 2 and "Traceback" not in second.stderr
-        assert f"is in use by process {first.pid}" in second.stderr
-        assert len(second.stderr.strip().splitlines()) == 1
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-    (tmp_path / "run" / ".results.csv.stale.tmp").write_text("left by a kill")
-    third = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--steps", "4", "--append"],
-                    tmp_path)
-    assert third.returncode == 0, third.stderr
-    assert f"taking over the lock of an earlier run that ended without releasing it (pid {first.pid}" in third.stderr
-    assert "removed .results.csv.stale.tmp" in third.stderr
-    assert not list((tmp_path / "run").glob(".*.tmp"))
-    assert lock.read_text() == ""  # released cleanly
-
-
-def test_another_plan_in_the_same_directory_is_refused_unless_appended(finished_run, tmp_path):
-    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    profile = "tiny.toml"
-    other = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seeds", "5,6"], tmp_path)
-    assert other.returncode == 2 and "holds another plan" in other.stderr and "seeds" in other.stderr
-    assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 1
-    appended = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seeds", "5,6",
-                        "--append"], tmp_path)
-    assert appended.returncode == 0, appended.stderr
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert len(manifest["cells"]) == 3 and len(list((tmp_path / "run" / "cells").glob("*.json"))) == 3
-    assert "3 readable of 3 planned" in (tmp_path / "run" / "report.md").read_text()
-
-
-@pytest.mark.parametrize("damage, needle", [
-    (lambda r: r["eval"][0].update(accuracy="high"), "is malformed: eval.0.accuracy: 'high' is not of type 'number'"),
-    (lambda r: r.update(eval=[]), "is malformed: eval: [] should be non-empty"),
-    (lambda r: r["cell"].update(seed="0"), "is malformed: cell.seed: '0' is not of type 'integer'"),
-    (lambda r: r.update(cell_id="0" * 16), "holds cell 0000000000000000"),
-    (lambda r: r["history"][0].update(loss=None), "is malformed: history.0.loss: None is not of type 'number'"),
-])
-def test_a_malformed_cell_is_named_by_report_and_retrained_on_resume(finished_run, tmp_path, damage, needle):
-    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    args = ["run", "coordinate_binding", "--profile", "tiny.toml", "--out", "run"]
-    path = next((tmp_path / "run" / "cells").glob("*.json"))
-    good = json.loads(path.read_text())
-    bad = json.loads(path.read_text())
-    damage(bad)
-    path.write_text(json.dumps(bad))
-    report = run_cli(["report", "run"], tmp_path)
-    assert report.returncode == 0 and "Traceback" not in report.stderr
-    assert needle in (tmp_path / "run" / "report.md").read_text()
-    resumed = run_cli(args, tmp_path)
-    assert resumed.returncode == 0 and f"cells/{path.name}" in resumed.stderr and "training it again" in resumed.stderr
-    again = json.loads(path.read_text())
-    assert again["eval"] == good["eval"]  # retrained from its seed: the same numbers
 
 
 def test_a_failing_report_leaves_the_previous_one_whole(finished_run, tmp_path, monkeypatch):
@@ -455,23 +269,13 @@ def fill(folder: Path) -> None:
             pass
 
 
-def one_line_error(proc, needle: str) -> None:
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("tmem-bench: error: ") and needle in last, proc.stderr
-
-
-def temporaries(folder: Path) -> list[str]:
-    return [str(p) for p in folder.rglob(".*") if p.name != ".lock"]
-
-
 def test_a_full_disk_is_one_line_leaves_no_torn_file_and_resumes_once_freed(tmpfs, tmp_path):
     # 12 KiB: the manifest and the jobs record fit, the cell's weights do not, and then neither does
     # the failure record.
     fs = tmpfs("12k")
-    profile = tiny_profile(tmp_path, steps=2)
+    profile = write_one_cell(tmp_path, steps=2)
     args = ["run", "coordinate_binding", "--profile", profile, "--out", str(fs / "run"), "--no-report"]
-    one_line_error(run_cli(args, tmp_path), "No space left on device; free some space and rerun the same command")
+    last_line_error(run_cli(args, tmp_path), "No space left on device; free some space and rerun the same command")
     assert temporaries(fs) == [] and not list((fs / "run" / "cells").glob("*.json"))
     remount(fs, "size=4m")
     resumed = run_cli(args, tmp_path)
@@ -483,13 +287,13 @@ def test_report_and_submit_into_a_full_folder_are_one_line_and_change_nothing(tm
                                                                              tmp_path):
     fs = tmpfs("4m")
     shutil.copytree(finished_run / "run", fs / "run")
-    board = empty_board(fs / "board")
+    board = new_board(fs / "board")
     fill(fs)
     before = {p: p.read_bytes() for p in (fs / "run").rglob("*") if p.is_file()}
-    one_line_error(run_cli(["report", "run"], fs), "No space left on device")
+    last_line_error(run_cli(["report", "run"], fs), "No space left on device")
     assert {p: p.read_bytes() for p in (fs / "run").rglob("*") if p.is_file()} == before
     assert temporaries(fs) == []
-    one_line_error(run_cli(["leaderboard", "submit", str(submittable / "run"), "--name", "X", "--leaderboard",
+    last_line_error(run_cli(["leaderboard", "submit", str(submittable / "run"), "--name", "X", "--leaderboard",
                             str(board)], tmp_path), "No space left on device")
     assert list((board / "entries").glob("*")) == []
 
@@ -497,40 +301,13 @@ def test_report_and_submit_into_a_full_folder_are_one_line_and_change_nothing(tm
 def test_report_submit_and_build_in_a_read_only_folder_are_one_line(tmpfs, finished_run, submittable, tmp_path):
     fs = tmpfs("4m")
     shutil.copytree(finished_run / "run", fs / "run")
-    board = empty_board(fs / "board")
+    board = new_board(fs / "board")
     remount(fs, "ro")
     needle = "Read-only file system; give a folder on a writable file system"
-    one_line_error(run_cli(["report", "run"], fs), needle)
-    one_line_error(run_cli(["leaderboard", "submit", str(submittable / "run"), "--name", "X", "--leaderboard",
+    last_line_error(run_cli(["report", "run"], fs), needle)
+    last_line_error(run_cli(["leaderboard", "submit", str(submittable / "run"), "--name", "X", "--leaderboard",
                             str(board)], tmp_path), needle)
-    one_line_error(run_cli(["leaderboard", "build", "--leaderboard", str(board)], tmp_path), needle)
-
-
-def test_report_refuses_a_run_directory_another_process_holds(finished_run, tmp_path):
-    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    hold = ("import sys, time\nfrom tmem_bench.harness.rundir import RunDir\n"
-            "with RunDir(sys.argv[1]).lock():\n    print('held', flush=True)\n    time.sleep(120)\n")
-    holder = subprocess.Popen([sys.executable, "-c", hold, "run"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        before = (tmp_path / "run" / "report.md").read_bytes()
-        refused = run_cli(["report", "run"], tmp_path)
-    finally:
-        holder.kill()
-        holder.wait()
-    one_line_error(refused, f"is in use by process {holder.pid}")
-    assert (tmp_path / "run" / "report.md").read_bytes() == before and temporaries(tmp_path / "run") == []
-
-
-def test_a_report_killed_midway_leaves_a_staging_folder_the_next_report_removes(finished_run, tmp_path, capsys):
-    from tmem_bench.cli import main
-
-    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    staging = tmp_path / "run" / ".report-k1lled00"
-    (staging / "figures").mkdir(parents=True)
-    (staging / "report.md").write_text("half a report")
-    assert main(["report", str(tmp_path / "run")]) == 0
-    assert not staging.exists() and temporaries(tmp_path / "run") == []
+    last_line_error(run_cli(["leaderboard", "build", "--leaderboard", str(board)], tmp_path), needle)
 
 
 def test_jobs_names_a_driver_only_while_it_runs(finished_run, tmp_path, capsys):
@@ -562,40 +339,11 @@ def test_jobs_of_slurm_without_submitit_names_the_extra(tmp_path, monkeypatch, c
         assert len(err) == 1 and 'install it with: pip install "tmem-bench[slurm]"' in err[0]
 
 
-@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_the_atomic_writer_honours_the_umask(tmp_path, umask, mode):
-    from tmem_bench.harness.results import write_atomic
-
-    previous = os.umask(umask)
-    try:
-        write_atomic(tmp_path / "file", "text")
-    finally:
-        os.umask(previous)
-    assert (tmp_path / "file").stat().st_mode & 0o777 == mode
-
-
-def test_console_lines_keep_the_variant_in_brackets(tmp_path):
-    import io
-
-    from rich.console import Console
-
-    from tmem_bench.harness.plan import make_plan
-    from tmem_bench.harness.runner import run_plan
-
-    profile = tiny_profile(tmp_path, extra="variants = [{}, { block_queries = true }]\n")
-    console = Console(file=io.StringIO(), width=400)
-    run_plan(make_plan("coordinate_binding", profile), tmp_path / "run", device="cpu", console=console)
-    lines = [line for line in console.file.getvalue().splitlines() if line.startswith("done ")]
-    assert sorted(line.split(":")[0] for line in lines) == [
-        "done coordinate_binding [block_queries=True] base @ n_writes=3,noise=0.0 seed 0",
-        "done coordinate_binding base @ n_writes=3,noise=0.0 seed 0"]
-
-
 @pytest.mark.parametrize("name, slug", [("日本語", "日本語"), ("Ünïcödé ☃", "unicode"), ("KV memory (v2)", "kv-memory-v2")])
 def test_entry_names_keep_their_letters_in_the_slug(submittable, tmp_path, name, slug, capsys):
     from tmem_bench.cli import main
 
-    board = empty_board(tmp_path / "board")
+    board = new_board(tmp_path / "board")
     assert main(["leaderboard", "submit", str(submittable / "run"), "--name", name, "--leaderboard", str(board)]) == 0
     assert [p.name for p in (board / "entries").iterdir()] == [slug]
     assert json.loads((board / "entries" / slug / "entry.json").read_text())["name"] == name

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_leaderboard import ROOT, empty_board, tiny_run
 
 import tmem_bench
+from tests.test_leaderboard import ROOT, empty_board, tiny_run
 from tmem_bench.cli import main
 from tmem_bench.contracts.device import hardware
 from tmem_bench.contracts.model import TaskModel

@@ -51,7 +51,7 @@ def gated_leak(d_model, n_layers, n_heads, **options):
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("reeval")
     (root / "p.toml").write_text(PROFILE)
-    cells = make_plan("coordinate_binding", str(root / "p.toml"), Overrides(models=["base", "test_reeval:gated_leak"]))
+    cells = make_plan("coordinate_binding", str(root / "p.toml"), Overrides(models=["base", "tests.test_reeval:gated_leak"]))
     run_plan(cells, root / "run", device="cpu")
     results = {c.id: json.loads((root / "run" / "cells" / f"{c.id}.json").read_text()) for c in cells}
     return root / "run", cells, results
@@ -101,7 +101,7 @@ def test_a_leak_that_opens_in_training_is_flagged_in_the_run_and_rejected(run):
 
 
 def _board(folder):
-    from test_leaderboard import empty_board
+    from tests.test_leaderboard import empty_board
     return empty_board(folder)
 
 
@@ -230,8 +230,7 @@ def test_every_profiles_memory_forcing_tables_lead_the_board(tmp_path):
 
 
 def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_path, capsys):
-    from test_leaderboard import tiny_run
-
+    from tests.test_leaderboard import tiny_run
     from tmem_bench.cli import main
 
     run_dir, board = tiny_run(tmp_path), _board(tmp_path)
@@ -252,9 +251,8 @@ def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_p
 def test_a_preview_of_an_unfinished_run_is_refused_before_the_board_is_validated(tmp_path, capsys, monkeypatch):
     """Validating the board re-evaluates every entry (minutes); a run that could not be submitted is
     refused first, in a line, without it."""
-    from test_leaderboard import tiny_run
-
     import tmem_bench.leaderboard as leaderboard
+    from tests.test_leaderboard import tiny_run
     from tmem_bench.cli import main
 
     run_dir, board = tiny_run(tmp_path), _board(tmp_path)

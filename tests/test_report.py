@@ -509,17 +509,6 @@ def test_every_claim_is_data_decided_by_a_known_rule():
         check_claim(None, "nope")
 
 
-def test_command_as_typed_has_no_machine_paths():
-    from tmem_bench.harness.runner import command_as_typed
-
-    assert command_as_typed(["/opt/venv/bin/tmem-bench", "run", "all"]) == ["tmem-bench", "run", "all"]
-    assert command_as_typed(["/home/me/tmem-bench/cli.py", "report", "runs/x"]) == ["python", "cli.py", "report",
-                                                                                     "runs/x"]
-    assert command_as_typed(["/site-packages/tmem_bench/cli/__init__.py", "list"], module="tmem_bench.cli") == [
-        "python", "-m", "tmem_bench.cli", "list"]
-    assert not command_as_typed()[0].startswith("/")
-
-
 def test_missing_cells_are_named_from_the_manifest_without_building_a_model(tmp_path):
     b = RunBuilder(tmp_path)
     b.cell("occlusion", "base", 0, (0,), {(0,): 0.9, (6,): 0.5})

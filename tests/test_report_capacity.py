@@ -3,8 +3,8 @@ trained here): the table's largest W per threshold, the marks of unconverged poi
 import json
 
 import pytest
-from test_report import CHANCE, RunBuilder
 
+from tests.test_report import CHANCE, RunBuilder
 from tmem_bench.report import load_run, write_report
 from tmem_bench.report.capacity import (THRESHOLDS, build_capacity_figures, capacity_groups, capacity_rows,
                                         capacity_section, capacity_table)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from test_figures import write_cell
-
+from tests.test_figures import write_cell
 from tmem_bench.report import write_report
 from tmem_bench.report.claims import load_claims
 

@@ -5,8 +5,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from test_report import CHANCE, RunBuilder
 
+from tests.test_report import CHANCE, RunBuilder
 from tmem_bench.harness.plan import LRSearch, cell_from_dict
 from tmem_bench.report import INCONCLUSIVE, load_power, load_run
 from tmem_bench.report import power as power_module

@@ -12,8 +12,8 @@ import types
 from pathlib import Path
 
 import pytest
-from test_leaderboard import empty_board, tiny_run
 
+from tests.test_leaderboard import empty_board, tiny_run
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
 from tmem_bench.leaderboard import validate

@@ -1,7 +1,7 @@
-"""The state probe (tmem_bench.diagnostics.state_probe) and the state hook it reads (`memory_state`, tmem_bench.contracts.model):
-a readout answers every query from a state that stores each value at its key's slot, is at chance from
-a constant state, and reports attention alone as having no state; every registered model's hook gives
-a per-sequence state of the prefix it was given, changing nothing the model computes."""
+"""The state probe's readout (tmem_bench.diagnostics.state_probe): it answers every query from a state
+that stores each value at its key's slot, is at chance from a constant state, reports attention alone
+as having no state, and says so where a task cannot be probed. The state hook it reads is tested in
+tests/contracts/test_model.py, a run probed in tests/harness/test_probe_run.py."""
 from __future__ import annotations
 
 import torch
@@ -12,7 +12,10 @@ from tmem_bench.contracts.task import Adapter, Task
 from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model
 from tmem_bench.registry import get_backbone
 
+
 SLOTS, VALUES, WRITES, QUERIES = 4, 8, 3, 4
+
+
 SMALL = ReadoutConfig(width=64, query_width=32, steps=300, batch_size=64, queries=QUERIES, lr=3e-3,
                       validation_size=256, validate_every=100)
 
@@ -94,12 +97,6 @@ def test_attention_alone_has_no_state_to_probe():
 def test_the_readout_is_described_with_its_capacity_seeds_and_steps():
     text = describe_readout(ReadoutConfig(width=77, steps=333, seed=5))
     assert "77 hidden units" in text and "333 steps" in text and "seed 5" in text and "no state to probe" in text
-
-
-# The hook of every registered model.
-
-
-# A run directory probed from the command line.
 
 
 def test_a_task_with_several_answer_tokens_per_target_is_reported_not_probed():

@@ -1,21 +1,27 @@
 """Every executor (a local process pool, submitit's local jobs, a real local Ray) finishes a tiny
 sweep with results identical to the serial one; a killed driver resumes; a failing cell is
-retried, recorded and reported while the others finish."""
+retried, recorded and reported while the others finish; `jobs` of a Slurm run names a missing
+sacct or scancel in one line."""
 from __future__ import annotations
 
+import importlib.machinery
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
 from rich.console import Console
 
+from tests.helpers import cli, one_line_error
+from tests.profiles import tiny_profile
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
 from tmem_bench.harness.executors.base import ExecutorOptions, usable
@@ -24,23 +30,6 @@ from tmem_bench.harness.results import read_cell
 from tmem_bench.harness.rundir import RunDir
 from tmem_bench.harness.runner import run_plan
 from tmem_bench.report.data import load_run
-
-SWEEP = """
-[train]
-steps = 4
-batch_size = 8
-lr = 1e-3
-weight_decay = 0.01
-grad_clip = 1.0
-log_every = 2
-eval_size = 16
-seeds = [0, 1]
-
-[tasks.coordinate_binding]
-models = {models}
-model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
-levels = {{ n_writes = [3, 4], noise = [0.0] }}
-"""
 
 # A model plugin that, in training, fails while TMEM_TEST_FAIL is set, kills its own process while
 # TMEM_TEST_EXIT is set, and waits while the file TMEM_TEST_HOLD names exists.
@@ -81,8 +70,12 @@ def need(module: str):
 
 
 def sweep_profile(folder: Path, models: str = '["base"]') -> str:
+    """folder/sweep.toml: `models` on coordinate_binding at n_writes 3 and 4, four steps, seeds 0 and 1."""
     path = folder / "sweep.toml"
-    path.write_text(SWEEP.format(models=models))
+    path.write_text(tiny_profile(train={"steps": 4, "weight_decay": "0.01", "log_every": 2, "eval_size": 16,
+                                        "seeds": [0, 1]},
+                                 tasks={"coordinate_binding": {"models": models, "train_at": None,
+                                                               "levels": "{ n_writes = [3, 4], noise = [0.0] }"}}))
     return str(path)
 
 
@@ -353,3 +346,55 @@ def test_a_missing_extra_names_it_in_one_line_and_writes_nothing(tmp_path, monke
     assert err.strip().splitlines() == ['tmem-bench: error: --executor ray needs ray, which is not installed; '
                                         'install it with: pip install "tmem-bench[ray]"']
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def slurm_record(tmp_path, monkeypatch):
+    """A run directory whose jobs.json records one Slurm job, a submitit that reports what it does
+    without sacct (every job UNKNOWN), and a PATH holding only the commands the test puts in bin/."""
+    fake = types.ModuleType("submitit")
+    fake.__spec__ = importlib.machinery.ModuleSpec("submitit", None)
+
+    class SlurmJob:
+        def __init__(self, folder, job_id):
+            self.job_id = job_id
+
+        @property
+        def state(self):
+            return "RUNNING" if shutil.which("sacct") else "UNKNOWN"
+
+        def cancel(self, check=True):
+            if shutil.which("scancel") is None:
+                raise FileNotFoundError("scancel")
+
+    fake.SlurmJob = SlurmJob
+    monkeypatch.setitem(sys.modules, "submitit", fake)
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    (tmp_path / "jobs.json").write_text(json.dumps({
+        "executor": "slurm", "driver": {"pid": 1, "host": "login1"}, "cluster": "slurm", "folder": "slurm",
+        "jobs": [{"cell": "0123456789abcdef", "job": "4242_0"}]}))
+    return tmp_path
+
+
+def _command(folder: Path, name: str) -> None:
+    path = folder / "bin" / name
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_jobs_of_slurm_without_sacct_is_one_line_naming_it(slurm_record, capsys, cancel):
+    code, out, err = cli(["jobs", slurm_record, *(["--cancel"] if cancel else [])], capsys)
+    one_line_error(code, err, "sacct", "not on PATH")
+    assert "cancelled" not in out
+
+
+def test_jobs_cancel_without_scancel_is_one_line_naming_it(slurm_record, capsys):
+    _command(slurm_record, "sacct")
+    code, out, err = cli(["jobs", slurm_record, "--cancel"], capsys)
+    one_line_error(code, err, "scancel", "not on PATH")
+    assert "4242_0" in out and "cancelled" not in out
+    _command(slurm_record, "scancel")
+    code, out, err = cli(["jobs", slurm_record, "--cancel"], capsys)
+    assert code == 0 and "cancelled 1 job(s)" in out, err

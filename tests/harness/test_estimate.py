@@ -1,17 +1,14 @@
-"""`tmem-bench run --dry-run`: the plan's counts, the estimate's arithmetic and scheduling with fixed
-costs, a real measurement that scales with steps, and that nothing is written."""
-import os
+"""The dry run's estimate: the plan's rows and counts, the arithmetic and scheduling with fixed costs
+(early-stopping cells at their cap, with every check), a real measurement that scales with steps."""
 from dataclasses import asdict
 
 import pytest
 import torch
 
-from tmem_bench.contracts.device import hardware
+from tests.harness.helpers import EVERY, finish, tiny_cell
 from tmem_bench.harness.dryrun import fmt_levels
 from tmem_bench.harness.estimate import Affine, Cost, MeasuredCost, estimate, plan_rows
 from tmem_bench.harness.plan import Overrides, plan_run
-from tmem_bench.harness.results import write_json
-from tmem_bench.harness.rundir import RunDir
 
 
 class FixedCost:
@@ -24,16 +21,6 @@ class FixedCost:
     def cost(self, cell):
         self.asked.append(cell.id)
         return self.value
-
-
-def finish(run_dir, cell):
-    """A finished cell's result file (valid against the cell schema) for `cell`."""
-    level = cell.train_level
-    write_json(RunDir(run_dir).cell_path(cell.id), {
-        "cell_id": cell.id, "cell": asdict(cell), "status": "finished",
-        "eval": [{"level": level, "level_key": "-", "accuracy": 0.5, "chance": 0.1, "ceiling": 1.0, "n": 10,
-                  "fingerprint": "0" * 64}],
-    })
 
 
 @pytest.fixture(scope="module")
@@ -151,53 +138,17 @@ def test_only_the_shortest_and_longest_lengths_are_measured():
     assert min(low(64), high(64)) <= middle(64) <= max(low(64), high(64))
 
 
-def _listing(root):
-    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+class FixedCheckedCost:
+    def cost(self, cell):
+        return Cost(setup_s=1.0, step_s=0.01, eval_s=2.0, check_s=0.5)
 
 
-def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
-    from tmem_bench.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    out = tmp_path / "run"
-    args = ["run", "coordinate_binding", "--models", "base", "--steps", "20", "--out", str(out), "--dry-run"]
-    assert main(args) == 0
-    text = capsys.readouterr().out
-    assert not out.exists() and not (tmp_path / "runs").exists()
-    assert "dry run of coordinate_binding under profile quick: 2 cells;" in text
-    assert f"{out} does not exist yet" in text
-    assert "coordinate_binding [standard]: 1 cell\n" in text and "coordinate_binding [block_queries=True]" in text
-    assert "2 cell(s) to run" in text and "wall time one after another in this process" in text
-    assert f"measured here on cpu ({hardware(torch.device('cpu'))}) with" in text
-
-    plan = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=20))
-    finish(out, plan.cells[0])
-    before = _listing(tmp_path)
-    assert main(args + ["--executor", "local", "--workers", "2", "--cpus-per-cell", "1"]) == 0
-    text = capsys.readouterr().out
-    assert _listing(tmp_path) == before  # no lock, manifest, table or report
-    assert f"1 already finished in {out}" in text and "1 cell(s) to run" in text
-    assert "wall time on a local pool of 2 worker(s), 1 thread(s) each" in text
-
-
-def test_dry_run_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
-    from tmem_bench.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    assert main(["run", "coordinate_binding", "--models", "nope", "--dry-run"]) == 2
-    err = capsys.readouterr().err
-    assert "unknown model 'nope'" in err and len(err.strip().splitlines()) == 1
-    assert os.listdir(tmp_path) == []
-
-
-def test_dry_run_rows_name_steps_and_seeds(tmp_path, capsys, monkeypatch):
-    from tmem_bench.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    assert main(["run", "coordinate_binding", "--models", "base", "--seeds", "0,3", "--steps", "7",
-                 "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    header = next(line for line in lines if line.strip().startswith("model"))
-    assert header.split()[:5] == ["model", "training", "levels", "steps", "batch"]
-    row = next(line for line in lines if line.strip().startswith("base"))
-    assert row.split()[3:9] == ["7", "64", "0.001", "0,3", "2", "0"]
+def test_the_estimate_counts_an_early_stopping_cell_at_its_cap_and_every_check(tmp_path):
+    cell = tiny_cell(tmp_path, steps=305)
+    (row,) = plan_rows([cell])
+    assert row.early_stop and row.steps == 305
+    est = estimate([row], FixedCheckedCost(), workers=1)
+    checks_run = 1 + 305 // EVERY + 1  # step 0, every EVERY steps, and the cap
+    assert est.total_s == pytest.approx(1.0 + 305 * 0.01 + checks_run * 0.5 + 2.0)
+    fixed = estimate(plan_rows([tiny_cell(tmp_path, steps=305, early_stop=False)]), FixedCheckedCost(), workers=1)
+    assert fixed.total_s == pytest.approx(1.0 + 305 * 0.01 + 2.0)

@@ -1,0 +1,70 @@
+"""The learning-rate choices a report shows are made again from the run's cells: a selection.json the report cannot check is refused, one that disagrees is warned about, and only the trial at the lr chosen is shown."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import chosen_cells, cli, one_line_error, rerun, selection
+from tmem_bench.report import load_run, write_report
+
+
+def _other_trial(search: dict) -> dict:
+    return next(t for t in search["trials"] if t["lr"] != search["chosen_lr"])
+
+
+DAMAGE = {
+    # Each gave a traceback.
+    "search-not-an-object": lambda d: d.update(searches=[1]),
+    "trial-without-cell-id": lambda d: d["searches"][0]["trials"][0].pop("cell_id"),
+    "chosen-lr-a-string": lambda d: d["searches"][0].update(chosen_lr="fast"),
+    "grid-with-a-string": lambda d: d["searches"][0]["grid"].append("x"),
+    "search-without-label": lambda d: d["searches"][0].pop("label"),
+    # Each gave a report showing a trial that was not chosen, with exit 0 and no warning.
+    "chosen-lr-edited": lambda d: d["searches"][0].update(chosen_lr=_other_trial(d["searches"][0])["lr"]),
+    "unknown-trial-id": lambda d: _other_trial(d["searches"][0]).update(cell_id="0" * 16),
+    "searches-a-string": lambda d: d.update(searches="all"),
+    "file-deleted": None,
+}
+
+
+REFUSED = {"search-not-an-object": "selection.json is malformed: searches.0",
+           "trial-without-cell-id": "selection.json is malformed: searches.0.trials.0",
+           "chosen-lr-a-string": "selection.json is malformed: searches.0.chosen_lr",
+           "grid-with-a-string": "selection.json is malformed: searches.0.grid.2",
+           "search-without-label": "selection.json is malformed: searches.0",
+           "unknown-trial-id": "0000000000000000",
+           "searches-a-string": "selection.json is malformed: searches",
+           "file-deleted": "selection.json is missing"}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_the_report_never_shows_a_trial_the_cells_did_not_choose(run, capsys, damage):
+    chosen, written = chosen_cells(run), selection(run)
+    if DAMAGE[damage] is None:
+        (run / "selection.json").unlink()
+    else:
+        broken = selection(run)
+        DAMAGE[damage](broken)
+        (run / "selection.json").write_text(json.dumps(broken))
+    code, _, err = cli(["report", run], capsys)
+    if damage in REFUSED:
+        one_line_error(code, err, REFUSED[damage], "rerun the run's command")
+        assert not (run / "report.md").exists()
+        # The rerun writes selection.json again from the cells, and trains nothing.
+        assert rerun(run, capsys)[0] == 0
+        assert selection(run) == written
+        code, _, err = cli(["report", run], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert set(load_run(run).table["cell_id"]) == chosen
+    [search] = load_run(run).selection
+    assert {t["cell_id"] for t in search["trials"] if t["lr"] == search["chosen_lr"]} < chosen
+    text = (run / "report.md").read_text()
+    if damage == "chosen-lr-edited":
+        assert "selection.json disagrees with the cells" in text and "warning" in err
+
+
+def test_an_intact_selection_gives_a_report_without_selection_problems(run):
+    report = write_report(run)
+    assert set(report.data.table["cell_id"]) == chosen_cells(run)
+    assert not [p for p in report.problems if "selection" in p], report.problems
