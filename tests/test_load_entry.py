@@ -61,11 +61,14 @@ def test_the_documented_example_gives_the_stored_numbers_back(monkeypatch, capsy
                            torch.device("cpu"))
     [table] = frames
     assert table.attrs["rejections"] == [] and len(table) == 2 * len(result["eval"]) + 1  # and validation
-    if result.get("hardware") in (None, hardware(torch.device("cpu"))):  # computed on a CPU like this one
+    # Bit-equal only where the cell names this machine's CPU: a cell that names none (it predates
+    # the record) may come from another instruction set, whose sums round differently.
+    if result.get("hardware") == hardware(torch.device("cpu")):
         assert accuracy == ev["accuracy"]
         assert (table["recomputed"] == table["stored"]).all(), table
     else:
         assert abs(accuracy - ev["accuracy"]) <= ACCURACY_TOLERANCE
+        assert ((table["recomputed"] - table["stored"]).abs() <= 1e-4 * table["stored"].abs().clip(lower=1)).all(), table
 
 
 @pytest.fixture(scope="module")
