@@ -265,7 +265,7 @@ def test_validation_rejects_tampering(board, case, capsys):
 
 
 def test_a_leaking_plugin_is_refused_and_a_forged_verdict_is_caught(tmp_path, capsys):
-    run_dir = tiny_run(tmp_path, "no_harm", "--models", "tests.test_conformance:leaky")
+    run_dir = tiny_run(tmp_path, "no_harm", "--models", "tests.diagnostics.test_conformance:leaky")
     board = empty_board(tmp_path)
     assert main(["leaderboard", "submit", str(run_dir), "--name", "Leaky", "--leaderboard", str(board)]) == 2
     assert "only causal models can be submitted" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import venv
 import zipfile
 from pathlib import Path
 
-from tests.test_tensor_memory import c_compiler
+from tests.models.helpers import c_compiler
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,6 @@ from tmem_bench.contracts.task import Adapter, Task
 from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model
 from tmem_bench.registry import get_backbone
 
-
 SLOTS, VALUES, WRITES, QUERIES = 4, 8, 3, 4
 
 

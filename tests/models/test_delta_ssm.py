@@ -14,8 +14,8 @@ from tmem_bench.baselines import delta as delta_module
 from tmem_bench.baselines import ssm as ssm_module
 from tmem_bench.baselines.delta import DeltaTransformer, gated_delta_chunked, gated_delta_recurrent
 from tmem_bench.baselines.ssm import SSMTransformer, ssd_chunked, ssd_recurrent
-from tmem_bench.tensor_memory.params import n_params, tensor_params
 from tmem_bench.registry import get_backbone
+from tmem_bench.tensor_memory.params import n_params, tensor_params
 
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
 CHUNKS = (1, 4, 5, 16, 32)

@@ -5,7 +5,6 @@ import ctypes
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sysconfig
 import tomllib
@@ -15,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tmem_bench.contracts.memory import MemoryTransformer, MemoryTransformerConfig
+from tests.helpers import ROOT
+from tests.models.helpers import c_compiler
 from tmem_bench.diagnostics.causality import causality_probe
 from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import make_plan
@@ -27,12 +27,6 @@ from tmem_bench.tensor_memory.naive import naive_twin
 TOL = 1e-5
 # Eager PyTorch and the C scan; the compiled step, slow to compile, at one small size below.
 KERNELS = ["eager", "native"]
-
-
-def c_compiler() -> str | None:
-    """The C compiler setuptools would build the extension with, if this machine has it."""
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    return shutil.which(cc.split()[0])
 
 
 @pytest.fixture(autouse=True)
@@ -197,31 +191,6 @@ def test_tiled_scan_matches_naive_twin(monkeypatch, tile):
         y = m(x.to(dtype))
         outs.append([y, *grads(y.square().sum(), list(m.parameters()))])
     assert_close(["output", *(n for n, _ in model.named_parameters())], *outs)
-
-
-class CountingMemory(torch.nn.Module):
-    """A Memory with the two-argument forward of DESIGN.md: its state counts the tokens seen."""
-
-    def __init__(self):
-        super().__init__()
-        self.starts = []
-
-    def init_state(self, batch: int):
-        return torch.zeros(batch)
-
-    def forward(self, x, state):
-        self.starts.append(float(state[0]))
-        return torch.zeros_like(x), state + x.shape[1]
-
-
-@pytest.mark.parametrize("threading", ["per_layer", "reference"])
-def test_a_memory_without_output_final_state_plugs_in(threading):
-    memory = CountingMemory()
-    config = MemoryTransformerConfig(d_model=16, n_layers=3, n_heads=2, threading=threading)
-    model = MemoryTransformer(config, memory)
-    model(torch.randn(2, 5, 16))
-    assert memory.starts == ([0.0, 5.0, 10.0] if threading == "reference" else [0.0, 0.0, 0.0])
-    assert model.scan_kernel() is None  # a memory without a choice of kernel records none
 
 
 def test_causality_probe_flags_reference_threading():
@@ -455,7 +424,7 @@ def test_stale_extension_is_refused(monkeypatch, stale):
 
 def test_native_signatures_match_scan_c():
     """The loader's argument lists and interface version are those of _scan.c, argument for argument."""
-    source = (Path(__file__).resolve().parents[1] / "tmem_bench" / "tensor_memory" / "_scan.c").read_text()
+    source = (ROOT / "tmem_bench" / "tensor_memory" / "_scan.c").read_text()
     version = re.search(r"^#define TM_INTERFACE_VERSION (\d+)$", source, re.M)
     assert version and int(version.group(1)) == native.INTERFACE_VERSION
     assert re.search(r"^const char \*tm_variant\(void\) {", source, re.M)
@@ -510,7 +479,7 @@ def cpu_flags() -> set[str]:
 
 def build_flags() -> list[str]:
     """The extension's compile arguments from pyproject.toml, without its -march."""
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     module = next(m for m in project["tool"]["setuptools"]["ext-modules"] if m["name"] == "tmem_bench.tensor_memory._scan")
     return [a for a in module["extra-compile-args"] if not a.startswith("-march")] + module["extra-link-args"]
 
@@ -528,7 +497,7 @@ def variant_builds(tmp_path_factory):
     """Every variant of _scan.c this machine can build and run, compiled side by side into a
     temporary directory on first use: variant -> (path, "") or (None, why it is skipped)."""
     where = tmp_path_factory.mktemp("variants")
-    source = Path(__file__).resolve().parents[1] / "tmem_bench" / "tensor_memory" / "_scan.c"
+    source = ROOT / "tmem_bench" / "tensor_memory" / "_scan.c"
     compiler, flags_here = c_compiler(), cpu_flags()
     built, running = {}, {}
     for variant, (flags, needs) in VARIANTS.items():
