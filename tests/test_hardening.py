@@ -214,26 +214,6 @@ def test_malformed_input_in_a_real_process_has_no_traceback(inputs):
     assert tree(work) == []
 
 
-def test_a_failing_report_leaves_the_previous_one_whole(finished_run, tmp_path, monkeypatch):
-    from tmem_bench.report import markdown, write_report
-
-    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
-    run = tmp_path / "run"
-    before = {p: p.read_bytes() for p in [run / "report.md", *sorted((run / "figures").iterdir())]}
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("the markdown step failed")
-
-    monkeypatch.setattr("tmem_bench.report.write.render_markdown", broken)
-    assert markdown.render_markdown is not broken
-    with pytest.raises(RuntimeError):
-        write_report(run)
-    after = {p: p.read_bytes() for p in [run / "report.md", *sorted((run / "figures").iterdir())]}
-    assert after == before
-    assert not [p for p in run.iterdir() if p.name.startswith(".report-")]
-    assert os.listdir(run / "figures")
-
-
 @pytest.fixture
 def tmpfs(tmp_path):
     """mount(size) -> the folder of a new tmpfs of that size, unmounted after the test (needs root)."""

@@ -1,4 +1,6 @@
-"""The learning-rate choices a report shows are made again from the run's cells: a selection.json the report cannot check is refused, one that disagrees is warned about, and only the trial at the lr chosen is shown."""
+"""The learning-rate choices a report shows are made again from the run's cells: a selection.json the
+report cannot check is refused, one that disagrees with the cells is warned about, and only the trial
+at the lr chosen is shown, beside the selection table."""
 from __future__ import annotations
 
 import json
@@ -6,6 +8,7 @@ import json
 import pytest
 
 from tests.helpers import chosen_cells, cli, one_line_error, rerun, selection
+from tests.report.helpers import RunBuilder, as_planned, write_selection
 from tmem_bench.report import load_run, write_report
 
 
@@ -68,3 +71,15 @@ def test_an_intact_selection_gives_a_report_without_selection_problems(run):
     report = write_report(run)
     assert set(report.data.table["cell_id"]) == chosen_cells(run)
     assert not [p for p in report.problems if "selection" in p], report.problems
+
+
+def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
+    b = RunBuilder(tmp_path)
+    made = [as_planned(tmp_path, b.cell("occlusion", "tensor", 0, (6,), {(6,): acc}), acc, lr)
+            for lr, acc in ((1e-3, 0.9), (1e-2, 0.3))]
+    write_selection(tmp_path, [cell for cell, _ in made], (), [result for _, result in made])
+    data = load_run(tmp_path)
+    assert set(data.table["cell_id"]) == {made[0][0].id}
+    text = write_report(tmp_path).path.read_text()
+    assert "## Learning-rate selection" in text
+    assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text

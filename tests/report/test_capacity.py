@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.test_report import CHANCE, RunBuilder
+from tests.report.helpers import CHANCE, RunBuilder
 from tmem_bench.report import load_run, write_report
 from tmem_bench.report.capacity import (THRESHOLDS, build_capacity_figures, capacity_groups, capacity_rows,
                                         capacity_section, capacity_table)

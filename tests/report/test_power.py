@@ -6,34 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_report import CHANCE, RunBuilder
-from tmem_bench.harness.plan import LRSearch, cell_from_dict
+from tests.report.helpers import CHANCE, GATES, RunBuilder, as_planned, build, power_of, write_selection
 from tmem_bench.report import INCONCLUSIVE, load_power, load_run
 from tmem_bench.report import power as power_module
 from tmem_bench.report import power_rows, power_summary, write_report
 from tmem_bench.report.stats import BUDGET
 
-GATES = {"layer0": 0.6, "layer1": 0.6}
 CLAIMS_TOML = Path(power_module.__file__).with_name("claims.toml")
-
-
-def build(run_dir, accuracies, memory_off=None, task="occlusion", level=(6,), seeds=2, variant="standard"):
-    """Every model trained and evaluated at `level`; accuracies: model -> accuracy; memory_off: model ->
-    accuracy with its memory off (those models are gated)."""
-    b = RunBuilder(run_dir)
-    memory_off = memory_off or {}
-    for seed in range(seeds):
-        for model, acc in accuracies.items():
-            gated = model in memory_off
-            b.cell(task, model, seed, level, {level: acc}, variant=variant,
-                   memory_off={level: memory_off[model]} if gated else None, gates=GATES if gated else None)
-    return b
-
-
-def power_of(run_dir, accuracies, memory_off=None, **kwargs) -> dict:
-    build(run_dir, accuracies, memory_off, **kwargs)
-    [row] = power_rows(load_run(run_dir))
-    return row
 
 
 # Occlusion: chance 25%, ceiling 100%, so halfway is 62.5%.
@@ -221,50 +200,6 @@ def test_converged_models_keep_the_plain_verdicts(tmp_path):
         _annotate(tmp_path, cid, convergence={"converged": True})
     [row] = power_rows(load_run(tmp_path))
     assert row["reason"] == CASES["too weak"][3]
-
-
-def as_planned(run_dir: Path, cell_id: str, accuracy: float, lr: float | None = None, keep: bool = False):
-    """Cell `cell_id` given a validation accuracy (and another lr) and the id a plan gives its settings,
-    as the report's check of selection.json against the cells needs: (its Cell, its result). `keep`
-    leaves the original, to make a trial at another lr of it."""
-    path = run_dir / "cells" / f"{cell_id}.json"
-    result = json.loads(path.read_text())
-    result["cell"]["train"]["lr"] = lr or result["cell"]["train"]["lr"]
-    result["validation"] = {"accuracy": accuracy, "loss": 1.0}
-    cell = cell_from_dict(result["cell"])
-    result["cell_id"] = cell.id
-    if not keep:
-        path.unlink()
-    (run_dir / "cells" / f"{cell.id}.json").write_text(json.dumps(result))
-    return cell, result
-
-
-def write_selection(run_dir: Path, trials: list, seeds: tuple, results: dict) -> None:
-    from tmem_bench.harness.selection import choose
-
-    record = choose(LRSearch(tuple(trials), seeds), {r["cell_id"]: r for r in results})
-    (run_dir / "selection.json").write_text(json.dumps({"searches": [record]}))
-
-
-def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
-    b = RunBuilder(tmp_path)
-    made = [as_planned(tmp_path, b.cell("occlusion", "tensor", 0, (6,), {(6,): acc}), acc, lr)
-            for lr, acc in ((1e-3, 0.9), (1e-2, 0.3))]
-    write_selection(tmp_path, [cell for cell, _ in made], (), [result for _, result in made])
-    data = load_run(tmp_path)
-    assert set(data.table["cell_id"]) == {made[0][0].id}
-    text = write_report(tmp_path).path.read_text()
-    assert "## Learning-rate selection" in text
-    assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text
-
-
-def test_a_choice_among_tied_trials_is_not_called_an_edge():
-    from tmem_bench.report.selection import lr_note
-    tied = {"trials": [{"lr": lr, "accuracy": 0.246, "status": "finished"} for lr in (1e-3, 1e-2)], "at_edge": True}
-    assert lr_note(tied) == " (every lr ties)"
-    tied["trials"][0]["accuracy"] = 0.25
-    assert lr_note(tied) == " (edge)"
-    assert lr_note({**tied, "at_edge": False}) == ""
 
 
 def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):

@@ -3,17 +3,16 @@ trained): nothing cut at the figure's edge, nothing overlapping, legends that na
 per label (colors.py), chance above every line, the trained level marked, one figure per view."""
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.colors import to_hex
 
-from tmem_bench.harness.results import read_cell, write_json
+from tests.report.helpers import ABLATION, CB_SUPPORT, write_cell
 from tmem_bench.registry import BACKBONES, BUILTIN_MODELS, backbone_names
-from tmem_bench.report import capacity
+from tmem_bench.report import Style, accuracy_figure, bootstrap_ci, capacity, curve_data, training_view
 from tmem_bench.report.colors import BUILTIN_COLORS, label_colors, model_colors
 from tmem_bench.report.data import load_run
 from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, draw_figures
@@ -21,31 +20,6 @@ from tmem_bench.report.profiles import profile_labels
 
 # A long variant, as the planner names one by its changed options, is what used to overflow.
 LONG = "block_queries=True,encoding=cells,n_queries=8"
-ABLATION = "tensor_grid4"  # a label that names no registered model (a model run with its own options)
-GATED = {"tensor", "tensor_local", ABLATION}
-
-
-def write_cell(run_dir: Path, task, variant, label, seed, train_level, accuracies, memory_off=None):
-    model = "tensor" if label == ABLATION else label
-    cell_id = hashlib.sha256(json.dumps([task, variant, label, seed, train_level]).encode()).hexdigest()[:16]
-    gated = label in GATED
-    evals = [{"level": dict(level), "level_key": ",".join(f"{k}={v}" for k, v in level) or "-", "accuracy": acc,
-              "accuracy_memory_off": (memory_off or {}).get(level, acc) if gated else None, "loss": 1.0,
-              "chance": 0.25, "ceiling": 1.0, "n": 100, "fingerprint": "f" * 64}
-             for level, acc in accuracies.items()]
-    gates = {"layer0": 0.5, "layer1": 0.5}
-    write_json(run_dir / "cells" / f"{cell_id}.json", {
-        "schema": 1, "cell_id": cell_id, "status": "finished",
-        "cell": {"task": task, "task_options": {}, "variant": variant, "train_level": dict(train_level),
-                 "eval_levels": [e["level"] for e in evals], "model": model, "label": label,
-                 "model_options": {}, "seed": seed, "train": {"steps": 100}},
-        "n_params": 1000, "wall_time_s": 1.0, "steps_per_s": 10.0, "causality": {"verdict": "causal"},
-        "gate_init": gates if gated else None, "gates_final": gates if gated else None,
-        "history": [{"step": s, "loss": 2.0 - s / 100, "train_acc": s / 200, "steps_per_s": 10.0,
-                     **({"gates": {k: 0.5 + s / 1000 for k in gates}} if gated else {})} for s in (50, 100)],
-        "eval": evals,
-    })
-    read_cell(run_dir / "cells" / f"{cell_id}.json")  # the cell schema accepts it
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +213,55 @@ def test_a_missing_level_is_a_gap_not_a_line_across(figures):
     assert list(lines["lstm"].get_xdata()) == [5.0, 10.0, 20.0]
     y = lines["lstm"].get_ydata()
     assert y[1] != y[1] and y[0] == y[0] and y[2] == y[2]  # NaN at 10: matplotlib breaks the line there
+
+
+def test_accuracy_figure_plots_the_seed_means_and_intervals(report, tmp_path):
+    # Each model trained at each W: the capacity figure draws these points (a per-level training view drew
+    # them again).
+    assert "accuracy_coordinate_binding_trained" not in report.figures
+    drawn = report.figures["capacity_coordinate_binding"]
+    # A panel per variant and noise; the legend names models, the title the variant.
+    assert [p["title"] for p in drawn["panels"]] == [f"coordinate_binding{v} noise={n}"
+                                                      for v in ("", " [block_queries=True]") for n in ("0", "0.05")]
+    panel = drawn["panels"][0]
+    for model in ("base", "slots", "tensor"):
+        series = panel["series"][model]
+        assert series["x"] == [5.0, 20.0, 50.0]
+        for x, mean, low, high in zip(series["x"], series["mean"], series["low"], series["high"]):
+            assert (mean, low, high) == bootstrap_ci(CB_SUPPORT[(int(x), model)])
+    assert drawn["panels"][2]["series"]["base"]["mean"] == pytest.approx([1 / 32] * 2)
+    assert panel["chance"] == pytest.approx([1 / 32] * 3) and panel["ceiling"] == [1.0] * 3
+
+    # The same numbers are what the figure draws.
+    data = load_run(report.path.parent)
+    curves = curve_data(training_view(data, "coordinate_binding", {"noise": 0.0}), "n_writes")
+    fig, _ = accuracy_figure([{"title": "t", "curves": curves}], "n_writes", "t", Style(data.table))
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["tensor"].get_ydata()) == pytest.approx([np.mean(CB_SUPPORT[(w, "tensor")]) for w in (5, 20, 50)])
+    assert list(lines["chance"].get_ydata()) == pytest.approx([1 / 32] * 3)
+    assert list(lines["ceiling"].get_ydata()) == [1.0] * 3
+
+    # Generalisation view: one trained model evaluated at every level, its training level marked.
+    gen = report.figures["accuracy_map_building_from_horizon32"]
+    assert gen["trained_x"] == 32
+    series = gen["panels"][0]["series"]["base"]
+    assert series["x"] == [16.0, 32.0, 64.0] and series["mean"] == pytest.approx([0.81, 0.71, 0.61])
+    assert gen["panels"][0]["ceiling"]["y"] == [0.9] * 3
+    for stem in report.figures:
+        for ext in ("png", "svg"):
+            assert (report.path.parent / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+
+
+def test_gate_and_training_figures_and_tables(report):
+    gates = report.figures["gates_no_harm"]["panels"][0]
+    assert gates["title"] == "tensor" and gates["initial"] == {"layer0": 0.5, "layer1": 0.5}
+    assert gates["lines"]["layer0 seed 0"]["step"] == [0, 50, 100, 150]
+    assert gates["lines"]["layer0 seed 0"]["gate"][-1] == pytest.approx(0.52)
+    training = report.figures["training_occlusion"]["panels"]
+    assert [(p["title"], p["metric"]) for p in training] == [("trained at occlusion_len=0", m) for m in ("loss", "train_acc")]
+    assert training[1]["lines"]["tensor seed 2"]["train_acc"] == pytest.approx([0.2 / 3 + 0.02, 0.4 / 3 + 0.02, 0.22])
+    text = report.path.read_text()
+    assert "| tensor | layer0 | 0.500 | 0.700 (18 cells) | 0.900 (12 cells) | 0.550 (3 cells) |" in text
+    reliance = report.figures["memory_reliance"]["panels"]
+    occl = next(p for p in reliance if p["title"] == "occlusion")
+    assert occl["bars"]["tensor"] == pytest.approx([0.95 + 0.01 - 0.9, 0.85 + 0.01 - 0.4])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_figures import write_cell
+from tests.report.helpers import write_cell
 from tmem_bench.report import write_report
 from tmem_bench.report.claims import load_claims
 

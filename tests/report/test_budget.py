@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from tests.test_report import CHANCE, GATE_INIT, RunBuilder
-from tests.test_report_power import build, power_of
+from tests.report.helpers import CHANCE, GATE_INIT, RunBuilder, build, power_of
 from tmem_bench.report import RULES, check_claim, load_claims, load_run, power_rows
 from tmem_bench.report.claims import TIMING_RULES
 from tmem_bench.report.power import power_lines

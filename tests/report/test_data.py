@@ -1,0 +1,57 @@
+"""A run's stored cells as the report's tables: the loop's speed from the logged windows, corrupt,
+incomplete and missing cells named (from the manifest, without building a model) while the rest renders."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.report.helpers import RunBuilder
+from tmem_bench import load_results
+from tmem_bench.harness.results import write_json
+from tmem_bench.report import write_report
+
+
+def test_training_loop_speed_comes_from_the_logged_windows():
+    from tmem_bench.report.data import _loop_steps_per_s
+
+    result = {"steps_per_s": 1.0, "history": [{"step": 50, "steps_per_s": 10.0}, {"step": 60, "steps_per_s": 5.0}]}
+    assert _loop_steps_per_s(result) == pytest.approx(60 / (50 / 10 + 10 / 5))
+    assert _loop_steps_per_s({"steps_per_s": 1.5, "history": []}) == 1.5
+
+
+def test_corrupt_and_missing_cells_are_named_and_the_rest_renders(tmp_path):
+    b = RunBuilder(tmp_path)
+    for seed in range(2):
+        b.cell("map_building", "base", seed, (16,), {(16,): 0.7, (32,): 0.6})
+    corrupt = b.cell("map_building", "base", 2, (16,), {(16,): 0.7, (32,): 0.6})
+    (tmp_path / "cells" / f"{corrupt}.json").write_text('{"cell_id": "x", "cell": ')  # a half-written file
+    incomplete = b.cell("map_building", "base", 3, (16,), {(16,): 0.7})
+    result = json.loads((tmp_path / "cells" / f"{incomplete}.json").read_text())
+    del result["eval"][0]["accuracy"]
+    write_json(tmp_path / "cells" / f"{incomplete}.json", result)
+    b.manifest(extra=[("0123456789abcdef", None)], described=False)
+    report = write_report(tmp_path)
+    assert len(report.problems) == 3
+    text = report.path.read_text()
+    assert "## Problems" in text
+    assert f"{corrupt}.json is unreadable" in text and f"{incomplete}.json is incomplete" in text
+    assert "cell 0123456789abcdef is planned in manifest.json but" in text and "is missing" in text
+    assert "accuracy_map_building_from_horizon16" in report.figures
+    assert report.figures["accuracy_map_building_from_horizon16"]["panels"][0]["series"]["base"]["n_seeds"] == [2, 2]
+    assert len(load_results(tmp_path)) == 4  # the one-call table still loads the readable cells
+
+
+def test_missing_cells_are_named_from_the_manifest_without_building_a_model(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.cell("occlusion", "base", 0, (0,), {(0,): 0.9, (6,): 0.5})
+    b.manifest(extra=[("fedcba9876543210", "occlusion tensor @ occlusion_len=0 seed 0")])
+    code = (f"import sys; from tmem_bench.report import write_report; r = write_report({str(tmp_path)!r}); "
+            f"print(r.problems); print(sorted(m for m in ('torch', 'tmem_bench.harness.plan') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    problems, imported = proc.stdout.strip().splitlines()
+    assert imported == "[]"  # no plan or torch: no model is built to name a cell (the registry gives colours only)
+    text = (tmp_path / "report.md").read_text()
+    assert "cell fedcba9876543210 (occlusion tensor @ occlusion_len=0 seed 0) is planned in manifest.json" in text
+    assert "- cells: 1 readable of 2 planned" in text and str(tmp_path) not in text
