@@ -12,24 +12,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "kv_memory"
 TASK_EXAMPLE = ROOT / "examples" / "recall_task"
-TINY = """
-[train]
-steps = 2
-batch_size = 8
-lr = 1e-3
-weight_decay = 0.0
-grad_clip = 1.0
-log_every = 1
-eval_size = 32
-seeds = [0]
-
-[tasks.coordinate_binding]
-models = ["base"]
-model = { d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }
-levels = { n_writes = [2, 4], noise = [0.05] }
-train_at = { n_writes = 2 }
-variants = [{}, { block_queries = true }]
-"""
 
 
 def test_examples_are_small():
@@ -52,7 +34,7 @@ def installed(example: Path, tmp_path: Path):
     return bench
 
 
-def test_installed_example_is_listed_checked_and_run(tmp_path):
+def test_installed_example_is_listed_checked_and_run(tmp_path, tiny_profile):
     bench = installed(EXAMPLE, tmp_path)
 
     listed = bench("list")
@@ -63,25 +45,15 @@ def test_installed_example_is_listed_checked_and_run(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "kv_memory: 9 of 9 checks pass" in checked.stdout and "fixed: " in checked.stdout
 
-    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "tiny.toml").write_text(tiny_profile(tasks={"coordinate_binding": {
+        "variants": "[{}, { block_queries = true }]"}}))
     run = bench("run", "coordinate_binding", "--models", "kv_memory", "--profile", "tiny.toml", "--steps", "2",
                 "--out", "run", "--no-report")
     assert run.returncode == 0, run.stderr
     assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 2  # both variants
 
 
-
-TINY_TASK = TINY.split("[tasks.")[0] + """
-[tasks."recall_task:Recall"]
-models = ["base"]
-model = { d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }
-levels = { n_items = [4, 8] }
-train_at = { n_items = 4 }
-variants = [{}, { variant = "memory_forcing" }]
-"""
-
-
-def test_installed_task_example_is_listed_checked_and_run(tmp_path):
+def test_installed_task_example_is_listed_checked_and_run(tmp_path, tiny_profile):
     bench = installed(TASK_EXAMPLE, tmp_path)
 
     listed = bench("list")
@@ -90,7 +62,7 @@ def test_installed_task_example_is_listed_checked_and_run(tmp_path):
 
     checked = bench("check", "--task", "recall")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "task recall: 7 of 7 checks pass" in checked.stdout
+    assert "task recall: 8 of 8 checks pass" in checked.stdout
 
     # By its entry-point name, in no profile: the task's own variants at the level asked for.
     run = bench("run", "recall", "--models", "base", "--level", "n_items=4", "--steps", "2", "--out", "run",
@@ -99,7 +71,9 @@ def test_installed_task_example_is_listed_checked_and_run(tmp_path):
     assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 2  # standard and memory_forcing
 
     # By module:attribute, in a profile's [tasks] section that names the task's variant.
-    (tmp_path / "tiny.toml").write_text(TINY_TASK)
+    (tmp_path / "tiny.toml").write_text(tiny_profile(tasks={"coordinate_binding": None, '"recall_task:Recall"': {
+        "levels": "{ n_items = [4, 8] }", "train_at": "{ n_items = 4 }",
+        "variants": '[{}, { variant = "memory_forcing" }]'}}))
     run = bench("run", "recall_task:Recall", "--profile", "tiny.toml", "--out", "run2", "--no-report")
     assert run.returncode == 0, run.stderr
     variants = {json.loads(p.read_text())["cell"]["variant"] for p in (tmp_path / "run2" / "cells").glob("*.json")}
