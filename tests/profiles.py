@@ -120,12 +120,14 @@ def one_cell(steps: int = 4, lr: float = 1e-3) -> str:
                         tasks={"coordinate_binding": {"levels": "{ n_writes = [3], noise = [0.0] }", "train_at": None}})
 
 
-def grid_profile(lr: str = "[1e-3, 1e-2]") -> str:
-    """base on coordinate_binding at n_writes=3, six steps, seeds 0 and 1; `lr` a grid (the trials
-    at seed 0, seed 1 at the lr chosen) unless given one lr."""
-    return tiny_profile(train={"steps": 6, "lr": lr, "weight_decay": "0.01", "log_every": 2, "seeds": [0, 1]},
+def grid_profile(lr: str = "[1e-3, 1e-2]", seeds=(0, 1)) -> str:
+    """base on coordinate_binding at n_writes=3, six steps, seeds 0 and 1 unless given others; `lr` a
+    grid (the trials at the first seed, the others at the lr chosen) unless given one lr."""
+    return tiny_profile(train={"steps": 6, "lr": lr, "weight_decay": "0.01", "log_every": 2, "seeds": list(seeds)},
                         tasks={"coordinate_binding": {"model": NO_DROPOUT, "levels": "{ n_writes = [3], noise = [0.05] }",
                                                       "train_at": None}})
 
 
 GRID = grid_profile()
+
+TESTS_ONLY = "two training steps, small evaluation sets: tests only"  # the description of a board's test profile

@@ -1,11 +1,36 @@
-"""`tmem-bench run`, `report` and `jobs`: a tiny run end to end, a report after every run unless told
-not to, the report command's one-line errors, and what jobs says of a driver."""
+"""`tmem-bench run`, `report` and `jobs`: a tiny run end to end (and resumed), a report after every run
+unless told not to, the report command's one-line errors, and what jobs says of a driver and of Slurm
+jobs without submitit."""
 import json
+import shutil
 import subprocess
+
+import pandas as pd
 
 from tests.helpers import CLI
 from tests.report.helpers import RunBuilder
 from tmem_bench.harness.results import write_json
+
+
+def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):
+    exe = shutil.which("tmem-bench")
+    assert exe, "the tmem-bench command is not installed"
+    out = tmp_path / "run"
+    args = ["run", "coordinate_binding", "--models", "base", "--steps", "3", "--batch-size", "8",
+            "--level", "n_writes=4", "--seeds", "0,1", "--out", str(out)]
+    proc = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out / "results.csv")
+    n_variants = table["variant"].nunique()
+    assert sorted(table["seed"]) == [0] * n_variants + [1] * n_variants
+    assert set(table["n_writes"]) == {4}
+    assert (table["chance"] == 1 / 32).all() and (table["ceiling"] == 1.0).all()
+    assert len(list((out / "cells").glob("*.json"))) == 2 * n_variants
+    assert (out / "manifest.json").exists()
+    assert "resuming" not in proc.stderr
+    again = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    n = 2 * n_variants
+    assert again.returncode == 0 and f"resuming: {n} of {n} cells already finished" in again.stderr
 
 
 def test_report_command(tmp_path, capsys):
@@ -45,3 +70,32 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
     assert manifest["cells"] and all(len(c["id"]) == 16 for c in manifest["cells"])
     assert all(c["describe"].startswith("coordinate_binding") and " base @ n_writes=2," in c["describe"]
                for c in manifest["cells"])
+
+
+def test_jobs_names_a_driver_only_while_it_runs(finished_run, tmp_path, capsys):
+    from tmem_bench.cli import main
+    from tmem_bench.harness.rundir import RunDir
+
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    pid = json.loads((tmp_path / "run" / "jobs.json").read_text())["driver"]["pid"]
+    assert main(["jobs", str(tmp_path / "run")]) == 0
+    assert f"serial executor: no driver is running; the last one was process {pid}" in capsys.readouterr().out
+    with RunDir(tmp_path / "run").lock():
+        assert main(["jobs", str(tmp_path / "run")]) == 0
+        assert "the cells run under their driver" in capsys.readouterr().out
+        assert main(["jobs", str(tmp_path / "run"), "--cancel"]) == 2
+
+
+def test_jobs_of_slurm_without_submitit_names_the_extra(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from tmem_bench.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else real(name, *a))
+    (tmp_path / "jobs.json").write_text(json.dumps({"executor": "slurm", "driver": {"pid": 1, "host": "h"},
+                                                    "cluster": "slurm", "folder": "slurm", "jobs": []}))
+    for cancel in ([], ["--cancel"]):
+        assert main(["jobs", str(tmp_path), *cancel]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and 'install it with: pip install "tmem-bench[slurm]"' in err[0]

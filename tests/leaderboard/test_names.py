@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import empty_board
+from tests.profiles import TESTS_ONLY
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import cell_from_dict
@@ -26,39 +28,19 @@ from tmem_bench.harness.results import read_cell, write_json
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import derived, profile_id
 
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "leaderboard" / "entry.schema.json"
-MODELS = 'models = ["base", "lstm"]'
-TINY = f"""
-description = "two training steps, small evaluation sets: tests only"
-
-[train]
-steps = 2
-batch_size = 8
-lr = 1e-3
-weight_decay = 0.0
-grad_clip = 1.0
-log_every = 1
-eval_size = 32
-seeds = [0]
-
-[tasks.no_harm]
-{MODELS}
-model = {{ d_model = 16, n_layers = 1, n_heads = 2, dropout = 0.0 }}
-levels = {{}}
-"""
+NO_HARM_MODELS = '["base", "lstm"]'
+MODELS = f"models = {NO_HARM_MODELS}"  # the profile's line that the crafted entries edit
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    """A board with two honest entries, t-base and t-lstm, from one tiny run."""
+def pristine(tmp_path_factory, tiny_profile) -> Path:
+    """A board with two honest entries, t-base and t-lstm, from one tiny run (base and lstm on no_harm)."""
     folder = tmp_path_factory.mktemp("security")
-    (folder / "tiny.toml").write_text(TINY)
+    (folder / "tiny.toml").write_text(tiny_profile(description=TESTS_ONLY, tasks={
+        "coordinate_binding": None, "no_harm": {"models": NO_HARM_MODELS, "levels": "{}"}}))
     run = folder / "run"
     assert main(["run", "no_harm", "--profile", str(folder / "tiny.toml"), "--out", str(run), "--no-report"]) == 0
-    board = folder / "leaderboard"
-    board.mkdir()
-    shutil.copy(SCHEMA, board / SCHEMA.name)
+    board = empty_board(folder)
     assert main(["leaderboard", "submit", str(run), "--name", "T", "--leaderboard", str(board)]) == 0
     return board
 

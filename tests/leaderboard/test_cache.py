@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_leaderboard import empty_board, tiny_run
+from tests.helpers import empty_board
+from tests.leaderboard.helpers import tiny_run
 from tmem_bench.cli import main
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.cache import CACHE_FILE

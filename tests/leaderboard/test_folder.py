@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_leaderboard import empty_board, tiny_run
+from tests.helpers import empty_board
+from tests.leaderboard.helpers import tiny_run
 from tmem_bench.cli import main
 
 # Every operation a board's command changes the file system with; a kill just before any one of

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_leaderboard import empty_board, tiny_run
+from tests.helpers import empty_board
+from tests.leaderboard.helpers import tiny_run
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
 from tmem_bench.leaderboard import validate

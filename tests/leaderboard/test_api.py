@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import tmem_bench
-from tests.test_leaderboard import ROOT, empty_board, tiny_run
+from tests.helpers import ROOT, empty_board
+from tests.leaderboard.helpers import tiny_run
 from tmem_bench.cli import main
 from tmem_bench.contracts.device import hardware
 from tmem_bench.contracts.model import TaskModel

@@ -1,0 +1,41 @@
+"""An entry's fields from its run: the profile id counts only what plans the run's task, and the settings
+do not depend on the order of the cells."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import ROOT
+from tmem_bench.leaderboard.entry import builtin_profile_text, profile_id
+
+
+def test_a_profile_id_counts_only_what_plans_the_runs_task():
+    quick = builtin_profile_text("quick")
+    other_section = quick.replace("[tasks.no_harm]\n", "[tasks.no_harm]\n# edited\n").replace(
+        'levels = {}\ntrain = { steps = 100', 'levels = {}\ntrain = { steps = 101')
+    assert other_section != quick
+    assert profile_id("quick", other_section, {}, "coordinate_binding") == "quick"
+    assert profile_id("quick", other_section, {}, "no_harm").startswith("quick~")
+    assert profile_id("quick", other_section, {}, "all").startswith("quick~")
+    described = quick.replace('description = "', 'description = "Edited: ')
+    assert described != quick and profile_id("quick", described, {}, "all") == "quick"
+    own_section = quick.replace("train = { steps = 500, lr = 1e-3 }", "train = { steps = 501, lr = 1e-3 }")
+    assert own_section != quick and profile_id("quick", own_section, {}, "coordinate_binding").startswith("quick~")
+
+
+@pytest.mark.parametrize("label", ["tensor", "slots"])
+def test_settings_do_not_depend_on_the_order_of_the_cells(label):
+    """A profile that trains at several levels (capacity: steps and length grow with W) gives one
+    entry's settings from its smallest level, in whatever order submit and validate read the cells."""
+    from tmem_bench.leaderboard.entry import settings
+
+    cells = ROOT / "docs" / "runs" / "capacity" / "cells"
+    results = [r for r in (json.loads(p.read_text()) for p in sorted(cells.glob("*.json")))
+               if r["cell"]["label"] == label]
+    assert len({r["cell"]["train_level"]["n_writes"] for r in results}) == 4
+    (first,) = settings(results)
+    assert settings(results[::-1]) == [first] == settings(sorted(results, key=lambda r: r["cell"]["seed"]))
+    smallest = [r for r in results if r["cell"]["train_level"]["n_writes"] == 5]
+    assert first["train"]["steps"] == smallest[0]["cell"]["train"]["steps"] == 500
+    assert first["state_size"]["seq_len"] == smallest[0]["causality"]["seq_len"]

@@ -1,0 +1,153 @@
+"""index.html in a real browser: its tables, sorting by mouse and keyboard, the filters, a page that fits
+the screen, and a level an entry lacks drawn as a gap."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.leaderboard.helpers import tiny_run
+from tmem_bench.cli import main
+from tmem_bench.leaderboard.page import render_page
+
+
+def chromium():
+    from shutil import which
+
+    browser = which("chromium") or which("chromium-browser")
+    driver = which("chromedriver")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return None
+    return (browser, driver) if browser and driver else None
+
+
+def test_board_page_in_a_real_browser(pristine, tmp_path):
+    found = chromium()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but Chromium, chromedriver or selenium is missing (apt-get install -y chromium "
+                        "chromium-driver; pip install selenium)")
+        pytest.skip("needs Chromium: apt-get install -y chromium chromium-driver, and pip install selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    board = tmp_path / "lb"
+    shutil.copytree(pristine, board)
+    source = tmp_path / "src"
+    source.mkdir()
+    # A second profile (one seed, unranked) so that the profile filter has something to hide.
+    run_dir = tiny_run(source, "no_harm", "--models", "lstm", "--seeds", "1", "--steps", "1")
+    assert main(["leaderboard", "submit", str(run_dir), "--name", "Other profile", "--leaderboard", str(board)]) == 0
+    assert main(["leaderboard", "build", "--leaderboard", str(board)]) == 0
+
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.binary_location = found[0]
+    driver = webdriver.Chrome(service=Service(found[1]), options=options)
+    try:
+        driver.get((board / "index.html").as_uri())
+        sections = driver.find_elements(By.CSS_SELECTOR, "section.group")
+        assert len(sections) == 3  # tiny profile: two tasks; the other profile: no_harm
+        shown = {(s.get_attribute("data-task"), tuple(r.get_attribute("data-slug") for r in
+                  s.find_elements(By.CSS_SELECTOR, "tbody tr"))) for s in sections}
+        assert ("coordinate_binding", ("tiny-base", "tiny-lstm")) in {(t, tuple(sorted(r))) for t, r in shown}
+        assert ("no_harm", ("other-profile",)) in shown
+        assert all(s.find_element(By.TAG_NAME, "svg").find_elements(By.TAG_NAME, "path") for s in sections)
+
+        binding = next(s for s in sections if s.get_attribute("data-task") == "coordinate_binding")
+        table = binding.find_element(By.TAG_NAME, "table")
+
+        def slugs():
+            return [r.get_attribute("data-slug") for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+
+        def names():
+            return [td.text for td in table.find_elements(By.CSS_SELECTOR, "tbody tr td:nth-child(2)")]
+
+        ranked = slugs()  # best score first
+        table.find_element(By.CSS_SELECTOR, "th[data-key=score]").click()
+        assert slugs() == list(reversed(ranked)) and len(ranked) == 2
+        header = table.find_element(By.CSS_SELECTOR, "th[data-key=name]")
+        header.click()
+        assert names() == sorted(names(), key=str.lower)
+        header.click()
+        assert names() == sorted(names(), key=str.lower, reverse=True)
+
+        # Keyboard: the score header is reached with Tab from the top of the page and sorts with Enter and Space.
+        driver.refresh()
+        sections = driver.find_elements(By.CSS_SELECTOR, "section.group")
+        binding = next(s for s in sections if s.get_attribute("data-task") == "coordinate_binding")
+        table = binding.find_element(By.TAG_NAME, "table")
+        score = table.find_element(By.CSS_SELECTOR, "th[data-key=score]")
+        assert slugs() == ranked and score.get_attribute("aria-sort") == "none"
+        assert table.find_element(By.CSS_SELECTOR, "th[data-key=rank]").get_attribute("aria-sort") == "ascending"
+        target = score.find_element(By.TAG_NAME, "button")
+        for _ in range(60):
+            ActionChains(driver).send_keys(Keys.TAB).perform()
+            if driver.switch_to.active_element == target:
+                break
+        assert driver.switch_to.active_element == target, "the score header cannot be reached with Tab"
+        ActionChains(driver).send_keys(Keys.ENTER).perform()
+        assert slugs() == list(reversed(ranked)) and score.get_attribute("aria-sort") == "ascending"
+        ActionChains(driver).send_keys(Keys.SPACE).perform()
+        assert slugs() == ranked and score.get_attribute("aria-sort") == "descending"
+        assert table.find_element(By.CSS_SELECTOR, "th[data-key=rank]").get_attribute("aria-sort") == "none"
+        assert "unranked (1 seed)" in driver.find_element(By.TAG_NAME, "body").text
+
+        Select(driver.find_element(By.ID, "filter-task")).select_by_value("no_harm")
+        visible = [s for s in sections if s.is_displayed()]
+        assert {s.get_attribute("data-task") for s in visible} == {"no_harm"} and len(visible) == 2
+        profile = binding.get_attribute("data-profile")
+        Select(driver.find_element(By.ID, "filter-profile")).select_by_value(profile)
+        visible = [s for s in sections if s.is_displayed()]
+        shown = [(s.get_attribute("data-profile"), s.get_attribute("data-task")) for s in visible]
+        assert shown == [(profile, "no_harm")]
+
+        # The page fits the screen: the document never scrolls sideways (a phone's 400 px, with the
+        # viewport meta read as a phone reads it, and two desktop widths); a table wider than the
+        # screen scrolls inside its own box.
+        widths = {}
+        for width, mobile in ((400, True), (1024, False), (1400, False)):
+            driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                   {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": mobile})
+            driver.refresh()
+            document, boxes, figures = driver.execute_script(
+                "const d = document.documentElement;"
+                "return [d.scrollWidth, Array.from(document.querySelectorAll('.scroll'), b => [b.clientWidth, "
+                "b.scrollWidth]), Array.from(document.querySelectorAll('svg.figure'), f => "
+                "f.getBoundingClientRect().right)];")
+            widths[width] = document
+            assert document <= width, f"at {width} px the document is {document} px wide"
+            assert all(inner <= width for inner, _ in boxes) and all(right <= width for right in figures)
+            if width == 400:
+                assert any(outer > inner for inner, outer in boxes)  # the wide table scrolls in its box
+        print("document widths:", widths)
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+        # A level an entry lacks is a gap in its line, not a straight line across it.
+        page = (board / "index.html").read_text()
+        data = json.loads(page.split('id="board-data">')[1].split("</script>")[0])
+        group = next(g for g in data if g["task"] == "coordinate_binding")
+        first, last = group["levels"]
+        group["levels"] = [first, "gap", last]
+        group["labels"]["gap"], group["chance"]["gap"], group["ceiling"]["gap"] = "gap", 0.5, 1.0
+        holes, whole = group["rows"]
+        whole["cells"]["gap"] = whole["cells"][first]
+        gap = tmp_path / "gap.html"
+        gap.write_text(render_page(json.dumps(data)))
+        driver.get(gap.as_uri())
+        path = {slug: driver.find_element(By.CSS_SELECTOR, f"section[data-task=coordinate_binding] "
+                                                           f"g[data-slug='{slug}'] path").get_attribute("d")
+                for slug in (holes["slug"], whole["slug"])}
+        assert path[holes["slug"]].count("M") == 2 and "L" not in path[holes["slug"]], path
+        assert path[whole["slug"]].count("M") == 1 and path[whole["slug"]].count("L") == 2, path
+    finally:
+        driver.quit()
