@@ -124,8 +124,8 @@ def grid_profile(lr: str = "[1e-3, 1e-2]", seeds=(0, 1)) -> str:
     """base on coordinate_binding at n_writes=3, six steps, seeds 0 and 1 unless given others; `lr` a
     grid (the trials at the first seed, the others at the lr chosen) unless given one lr."""
     return tiny_profile(train={"steps": 6, "lr": lr, "weight_decay": "0.01", "log_every": 2, "seeds": list(seeds)},
-                        tasks={"coordinate_binding": {"model": NO_DROPOUT, "levels": "{ n_writes = [3], noise = [0.05] }",
-                                                      "train_at": None}})
+                        tasks={"coordinate_binding": {"model": NO_DROPOUT, "train_at": None,
+                                                      "levels": "{ n_writes = [3], noise = [0.05] }"}})
 
 
 GRID = grid_profile()

@@ -1,4 +1,6 @@
-"""The state hook (memory_state, tmem_bench.contracts.model) of every registered model: present exactly where a model carries a state, a per-sequence state of the prefix it was given that changes nothing the model computes, and the states of the recurrences it stands for."""
+"""The state hook (memory_state, tmem_bench.contracts.model) of every registered model: present exactly
+where a model carries a state, a per-sequence state of the prefix it was given that changes nothing the
+model computes, and the states of the recurrences it stands for."""
 from __future__ import annotations
 
 import pytest
@@ -8,6 +10,7 @@ import torch.nn as nn
 from tmem_bench.baselines.delta import gated_delta_recurrent
 from tmem_bench.baselines.ssm import ssd_recurrent
 from tmem_bench.registry import backbone_names, get_backbone
+
 
 # Attention alone: its cache grows with the sequence, so there is no fixed state to read.
 NO_STATE_MODELS = {"base", "local", "base_wide", "registers", "xl"}

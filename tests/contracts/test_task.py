@@ -1,4 +1,5 @@
-"""The task contract (tmem_bench.contracts.task): validation seeds apart from every training and evaluation seed, and stable fingerprints."""
+"""The task contract (tmem_bench.contracts.task): validation seeds apart from every training and
+evaluation seed, and stable fingerprints."""
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
-"""The convergence rule and the early-stopping rule: a plateau converges and stops, a falling loss does not, and early stopping is never looser than the report's rule."""
+"""The convergence rule and the early-stopping rule: a plateau converges and stops, a falling loss does
+not, and early stopping is never looser than the report's rule."""
 import math
 import tomllib
 
@@ -7,6 +8,7 @@ import pytest
 from tests.helpers import ROOT
 from tmem_bench.diagnostics import convergence as convergence_module
 from tmem_bench.diagnostics.convergence import ConvergenceRule, convergence, load_early_stop, load_rule, should_stop
+
 
 RULE = load_early_stop()
 

@@ -1,4 +1,5 @@
-"""The reach probe: under memory forcing attention alone has no path from the evidence to the answer, a memory has one at initialisation."""
+"""The reach probe: under memory forcing attention alone has no path from the evidence to the answer, a
+memory has one at initialisation, and attention has one where nothing is blocked."""
 import pytest
 import torch
 
@@ -6,6 +7,7 @@ from tests.helpers import middle_level
 from tmem_bench.contracts.model import TaskModel
 from tmem_bench.diagnostics.reach import reach_probe
 from tmem_bench.registry import get_backbone, get_task, task_names
+
 
 # Every memory-forcing variant every registered task declares.
 FORCING = [(name, get_task(name).variants[variant]) for name in task_names()

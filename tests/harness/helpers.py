@@ -39,8 +39,8 @@ def second_seed_text(second_seed: bool = True) -> str:
     for close choices (`selection_second_seed`) unless told not to."""
     return tiny_profile(train={"steps": 4, "lr": "[1e-3, 3e-3, 1e-2]", "weight_decay": "0.01", "log_every": 2,
                                "seeds": [0, 1, 2], **({"selection_second_seed": "true"} if second_seed else {})},
-                        tasks={"coordinate_binding": {"model": NO_DROPOUT, "levels": "{ n_writes = [3], noise = [0.05] }",
-                                                      "train_at": None}})
+                        tasks={"coordinate_binding": {"model": NO_DROPOUT, "train_at": None,
+                                                      "levels": "{ n_writes = [3], noise = [0.05] }"}})
 
 
 def second_seed_profile(tmp_path, second_seed: bool = True, name: str = "p.toml") -> str:
