@@ -4,7 +4,7 @@ The generic checks (conformance_tasks: declarations, batches, the oracle and the
 fingerprints, blocked edges, attention blind under memory forcing, reach positions) run over every
 registered task, every variant it names and every level of its own grid, so a new task (or
 variant) is covered without new test code, and what these tests know of each task comes from its
-own declarations; tests/test_conformance.py shows that each check can fail. A profile runs the
+own declarations; tests/diagnostics/test_conformance_tasks.py shows that each check can fail. A profile runs the
 tasks it lists and no other: a new task need not be in any.
 """
 from __future__ import annotations

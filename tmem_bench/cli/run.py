@@ -33,22 +33,22 @@ def cmd_run(args) -> int:
         batch_size=args.batch_size,
         selection_only=args.selection_only or None,
     )
-    # Every argument is parsed before anything is planned.
-    executor = ExecutorOptions(
+    # Every argument is parsed and checked before anything is planned.
+    executor = usable(ExecutorOptions(
         kind=args.executor, workers=args.workers, address=args.address, cpus_per_cell=args.cpus_per_cell,
         gpus_per_cell=args.gpus_per_cell, slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
         slurm_options=sbatch_options(args.slurm_option),
-        slurm_cluster=args.slurm_cluster)
+        slurm_cluster=args.slurm_cluster))
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)
     out = Path(args.out or f"runs/{args.task}-{Path(args.profile).stem}")
     if args.dry_run:
         from ..harness.dryrun import dry_run
 
-        print(dry_run(plan.cells, plan.searches, out, usable(executor), args.device,
+        print(dry_run(plan.cells, plan.searches, out, executor, args.device,
                       what=f"{args.task} under profile {args.profile}"), end="")
         return 0
-    # run_plan checks the executor, --retries and the run directory, before anything is written.
+    # run_plan checks --retries and the run directory before anything is written.
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
     results = run_plan(plan, out, device=args.device, settings=settings, append=args.append,
                        executor=executor, retries=args.retries)
