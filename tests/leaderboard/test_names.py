@@ -46,13 +46,6 @@ def pristine(tmp_path_factory, tiny_profile) -> Path:
 
 
 @pytest.fixture
-def board(pristine, tmp_path) -> Path:
-    copy_ = tmp_path / "leaderboard"
-    shutil.copytree(pristine, copy_)
-    return copy_
-
-
-@pytest.fixture
 def evil(tmp_path, monkeypatch):
     """(a module on sys.path whose import writes a marker file, that marker)."""
     name = "evil_" + re.sub(r"\W", "_", tmp_path.name)
