@@ -110,8 +110,8 @@ def in_package(graph: dict[str, set[str]], package: str) -> list[str]:
 # The layers, lowest first: a module imports from its own layer or a lower one, never a higher.
 # The package's __init__ (its public face: `load_entry`, `load_results`) stands outside them.
 LAYERS = (
-    ("plumbing", ("tmem_bench.version", "tmem_bench.errors", "tmem_bench.levels", "tmem_bench.schema",
-                  "tmem_bench.registry")),
+    ("plumbing", ("tmem_bench.version", "tmem_bench.errors", "tmem_bench.files", "tmem_bench.levels",
+                  "tmem_bench.schema", "tmem_bench.registry")),
     ("contracts", ("tmem_bench.contracts",)),
     ("models and tasks", ("tmem_bench.tensor_memory", "tmem_bench.baselines", "tmem_bench.tasks")),
     ("diagnostics", ("tmem_bench.diagnostics",)),
@@ -184,3 +184,18 @@ def test_baselines_do_not_import_each_other():
     for name in in_package(graph, "tmem_bench.baselines"):
         others = {m for m in graph[name] if m.startswith("tmem_bench.baselines.") and m != name}
         assert not others, f"{name} imports {sorted(others)}"
+
+
+def test_a_runs_arguments_climb_back_at_most_six_times():
+    """Issue 36.1: followed through the code (benchmarks/walk_run.py), a run's arguments return to a
+    file they had left at most 6 times; each return is a place where two modules share one job."""
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "walk_run.py")], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = re.search(r"(\d+) stays in (\d+) files, (\d+) climbs back\n(.*)", proc.stdout)
+    assert found, proc.stdout[-2000:]
+    assert int(found[3]) <= 6, found[0]

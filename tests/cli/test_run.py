@@ -9,7 +9,7 @@ import pandas as pd
 
 from tests.helpers import CLI
 from tests.report.helpers import RunBuilder
-from tmem_bench.harness.results import write_json
+from tmem_bench.files import write_json
 
 
 def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):

@@ -6,7 +6,7 @@ from dataclasses import asdict, replace
 
 from tests.profiles import NO_DROPOUT, tiny_profile
 from tmem_bench.harness.plan import Overrides, make_plan
-from tmem_bench.harness.results import write_json
+from tmem_bench.files import write_json
 from tmem_bench.harness.rundir import RunDir
 
 TINY = Overrides(models=["base"], levels={"n_writes": [3, 5]}, steps=4, batch_size=8)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -78,18 +77,6 @@ def test_a_malformed_cell_is_named_by_report_and_retrained_on_resume(finished_ru
     assert again["eval"] == good["eval"]  # retrained from its seed: the same numbers
 
 
-@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_the_atomic_writer_honours_the_umask(tmp_path, umask, mode):
-    from tmem_bench.harness.results import write_atomic
-
-    previous = os.umask(umask)
-    try:
-        write_atomic(tmp_path / "file", "text")
-    finally:
-        os.umask(previous)
-    assert (tmp_path / "file").stat().st_mode & 0o777 == mode
-
-
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
@@ -127,3 +114,11 @@ def test_a_cell_with_bad_weights_is_trained_again_on_resume_and_says_so(run, cap
     assert again.keys() == before.keys() and all(torch.equal(again[k], before[k]) for k in again)
     assert {p.name: p.stat().st_mtime_ns for p in (run / "cells").iterdir() if not p.name.startswith(final)} == others
     assert "training it again" not in rerun(run, capsys)[2]
+
+
+def test_training_loop_speed_comes_from_the_logged_windows():
+    from tmem_bench.harness.results import loop_steps_per_s
+
+    result = {"steps_per_s": 1.0, "history": [{"step": 50, "steps_per_s": 10.0}, {"step": 60, "steps_per_s": 5.0}]}
+    assert loop_steps_per_s(result) == pytest.approx(60 / (50 / 10 + 10 / 5))
+    assert loop_steps_per_s({"steps_per_s": 1.5, "history": []}) == 1.5

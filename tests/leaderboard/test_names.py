@@ -24,7 +24,8 @@ from tests.profiles import TESTS_ONLY
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import cell_from_dict
-from tmem_bench.harness.results import read_cell, write_json
+from tmem_bench.files import write_json
+from tmem_bench.harness.results import read_cell
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import derived, profile_id
 

@@ -11,7 +11,8 @@ import pytest
 from tests.helpers import empty_board
 from tests.leaderboard.helpers import cells, entry_path, load, tiny_run
 from tmem_bench.cli import main
-from tmem_bench.harness.results import read_cell, write_json
+from tmem_bench.files import write_json
+from tmem_bench.harness.results import read_cell
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import derived
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from tmem_bench.harness.plan import LRSearch, cell_from_dict
-from tmem_bench.harness.results import read_cell, write_json
+from tmem_bench.files import write_json
+from tmem_bench.harness.results import read_cell
 from tmem_bench.report import load_run, power_rows
 
 AXES = {"coordinate_binding": ("n_writes", "noise"), "occlusion": ("occlusion_len",),

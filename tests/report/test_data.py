@@ -1,23 +1,14 @@
-"""A run's stored cells as the report's tables: the loop's speed from the logged windows, corrupt,
-incomplete and missing cells named (from the manifest, without building a model) while the rest renders."""
+"""A run's stored cells as the report's tables: corrupt, incomplete and missing cells named (from the
+manifest, without building a model) while the rest renders."""
 import json
 import subprocess
 import sys
 
-import pytest
 
 from tests.report.helpers import RunBuilder
 from tmem_bench import load_results
-from tmem_bench.harness.results import write_json
+from tmem_bench.files import write_json
 from tmem_bench.report import write_report
-
-
-def test_training_loop_speed_comes_from_the_logged_windows():
-    from tmem_bench.report.data import _loop_steps_per_s
-
-    result = {"steps_per_s": 1.0, "history": [{"step": 50, "steps_per_s": 10.0}, {"step": 60, "steps_per_s": 5.0}]}
-    assert _loop_steps_per_s(result) == pytest.approx(60 / (50 / 10 + 10 / 5))
-    assert _loop_steps_per_s({"steps_per_s": 1.5, "history": []}) == 1.5
 
 
 def test_corrupt_and_missing_cells_are_named_and_the_rest_renders(tmp_path):

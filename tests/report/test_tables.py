@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tests.report.helpers import CB_SUPPORT, NOISES, RunBuilder
-from tmem_bench.report import bootstrap_ci, load_run, summary_frame, summary_table
+from tmem_bench.report import bootstrap_ci, load_run, run_data, summary_frame, summary_rich
 
 
 def test_summary_rows_have_ci_cost_and_probe(report):
@@ -32,7 +32,7 @@ def test_console_summary_from_runner_results(tmp_path):
            gates={"layer0": 0.6, "layer1": 0.4})
     results = [json.loads(p.read_text()) for p in sorted((tmp_path / "cells").glob("*.json"))]
     console = Console(width=200, record=True)
-    console.print(summary_table(results))
+    console.print(summary_rich(run_data(results)))
     text = console.export_text()
     assert "map_building: accuracy" in text and "map_building [block_queries=True]: accuracy" in text
     assert "75.0% [70.0, 80.0]" in text and "50.0%" in text and "90.0%" in text

@@ -13,10 +13,11 @@ def cmd_run(args) -> int:
     from rich.console import Console
 
     from ..harness.executors.base import ExecutorOptions, usable
-    from ..harness.plan import Overrides, check_sizes, plan_run
+    from ..harness.plan import Overrides, plan_run
+    from ..harness.plan_checks import check_sizes
     from ..harness.rundir import RunDir
     from ..harness.runner import run_plan
-    from ..report import summary_table
+    from ..report import run_data, summary_rich
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
@@ -53,7 +54,7 @@ def cmd_run(args) -> int:
     results = run_plan(plan, out, device=args.device, settings=settings, append=args.append,
                        executor=executor, retries=args.retries)
     run_dir = RunDir(out)
-    Console(width=None if sys.stdout.isatty() else 160).print(summary_table(results))
+    Console(width=None if sys.stdout.isatty() else 160).print(summary_rich(run_data(results)))
     planned = {c.id for c in plan.cells} | {r["cell_id"] for r in results}
     failures = {cid: f for cid, f in run_dir.failures().items() if cid in planned}
     for cid, f in failures.items():

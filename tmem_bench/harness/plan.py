@@ -19,7 +19,7 @@ from ..diagnostics.convergence import load_early_stop
 from ..errors import UsageError, check_int
 from ..registry import TASKS, get_task, task_names
 from ..schema import check as check_schema
-from .plan_checks import check_model, check_sizes
+from .plan_checks import check_model
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
 # Settings beside those every cell records: seeds, early stopping (recorded only where it is on, so a

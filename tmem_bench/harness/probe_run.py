@@ -13,10 +13,11 @@ import torch
 
 from ..diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model, probe_problem
 from ..errors import UsageError
+from ..files import write_json
 from ..levels import level_key
 from ..registry import get_task
 from .plan import cell_from_dict
-from .results import load_weights, write_json
+from .results import load_weights
 from .rundir import RunDir
 from .train import build_model
 

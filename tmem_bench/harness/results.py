@@ -1,52 +1,17 @@
-"""Cell results as files and as rows: the atomic writer, a cell file read and checked, weights, and
-the results table. Where each file lies in a run directory is rundir.py's."""
+"""Cell results as files and as rows: a cell file read and checked, weights, the rows a cell gives
+(evaluation, training curve, gates) and the results table. Where each file lies in a run directory is rundir.py's."""
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from ..files import write_atomic
 from ..levels import level_key
 from ..schema import describe, violations
-
-
-def write_atomic(path: Path, text: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file.
-
-    The file gets the mode a plain open() would give it (0666 less the umask), not mkstemp's
-    0600, so that colleagues on a shared file system can read a run. An OSError names `path`,
-    not the temporary file."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, str(path)) from e
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        raise
-
-
-def current_umask() -> int:
-    umask = os.umask(0o022)  # the umask can only be read by setting it: put it straight back
-    os.umask(umask)
-    return umask
-
-
-def write_json(path: Path, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
 def write_weights(path: Path, module, cell_id: str, result: dict | None = None) -> None:
@@ -132,6 +97,43 @@ def steps_run(result: dict) -> int:
     if isinstance(diverged, int) and not isinstance(diverged, bool):
         return diverged - 1
     return result["cell"]["train"]["steps"]
+
+
+def loop_steps_per_s(result: dict) -> float:
+    """Training-loop speed from the logged windows; the cell's own steps_per_s also counts model
+    building and the causality probe, which dominate short runs."""
+    seconds, last = 0.0, 0
+    for h in result.get("history") or []:
+        if h.get("steps_per_s"):
+            seconds += (h["step"] - last) / h["steps_per_s"]
+        last = h["step"]
+    return last / seconds if seconds > 0 else result.get("steps_per_s", math.nan)
+
+
+def _cell_keys(result: dict) -> dict:
+    cell = result["cell"]
+    return {
+        "cell_id": result["cell_id"], "task": cell["task"], "variant": cell["variant"], "label": cell["label"],
+        "seed": cell["seed"], "train_level": level_key(cell["train_level"]),
+    }
+
+
+def history_rows(result: dict) -> list[dict]:
+    keys = _cell_keys(result)
+    return [{**keys, "step": h["step"], "loss": h["loss"], "train_acc": h["train_acc"]}
+            for h in result.get("history") or []]
+
+
+def gate_rows(result: dict) -> list[dict]:
+    init = result.get("gate_init")
+    if not init:
+        return []
+    keys = _cell_keys(result)
+    out = [{**keys, "layer": layer, "step": 0, "gate": value} for layer, value in init.items()]
+    for h in result.get("history") or []:
+        for layer, value in (h.get("gates") or {}).items():
+            out.append({**keys, "layer": layer, "step": h["step"], "gate": value})
+    return out
 
 
 def _mean_gate(gates: dict | None) -> float | None:

@@ -34,8 +34,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UsageError
+from ..files import write_atomic, write_json
 from ..schema import describe, violations
-from .results import read_cell, results_table, rows, write_atomic, write_json, write_weights
+from .results import read_cell, results_table, rows, write_weights
 
 
 def _me() -> dict:

@@ -63,46 +63,41 @@ def run_plan(
     options = usable(executor)
     retries = check_int("--retries", retries, minimum=0)
     run_dir = RunDir.create(run_dir)
+    plan = cells if isinstance(cells, Plan) else Plan(list(cells))
     with run_dir.lock(say=console.print):
-        plan = cells if isinstance(cells, Plan) else Plan(list(cells))
-        return _run_locked(plan, run_dir, device, settings or {}, console, append, options, retries)
-
-
-def _run_locked(plan: Plan, run_dir: RunDir, device: str, settings: dict, console: Console,
-                append: bool, options: ExecutorOptions, retries: int) -> list[dict]:
-    run_dir.begin(plan.cells, {
-        "tmem_bench_version": __version__,
-        "torch_version": torch.__version__,
-        "command": command_as_typed(),
-        "device": str(resolve_device(device)),
-        "started": datetime.now(timezone.utc).isoformat(),
-        "settings": settings,
-    }, append)
-    for path in run_dir.remove_stale():
-        console.print(f"removed {path.name}, a temporary file left by a killed run")
-    executor = None
-    try:
-        stages = [plan.cells]
-        if plan.searches:
-            # A second pass once the second selection seeds some searches needed have their results.
-            passes = 2 if any(s.second_seed is not None for s in plan.searches) else 1
-            stages += [lambda: _select(plan, run_dir, console)] * passes
-        wanted = set()
-        for stage in stages:
-            cells = stage if isinstance(stage, list) else [c for c in stage() if c.id not in wanted]
-            wanted |= {c.id for c in cells}
-            todo = run_dir.unfinished(cells, say=lambda line: console.print(escape(line)))
-            if todo:
-                executor = executor or make_executor(options, run_dir, device)
-                run_dir.write_jobs(executor)
-                console.print(escape(f"running {len(todo)} cell(s) {executor.describe()}"))
-                _run_cells(todo, run_dir, device, executor, retries, console)
-    finally:
-        if executor is not None:
-            executor.close()
-    run_dir.write_table()
-    results, _ = run_dir.load_cells()
-    return [r for r in results if r["cell_id"] in wanted]
+        run_dir.begin(plan.cells, {
+            "tmem_bench_version": __version__,
+            "torch_version": torch.__version__,
+            "command": command_as_typed(),
+            "device": str(resolve_device(device)),
+            "started": datetime.now(timezone.utc).isoformat(),
+            "settings": settings or {},
+        }, append)
+        for path in run_dir.remove_stale():
+            console.print(f"removed {path.name}, a temporary file left by a killed run")
+        executor = None
+        try:
+            stages = [plan.cells]
+            if plan.searches:
+                # A second pass once the second selection seeds some searches needed have their results.
+                passes = 2 if any(s.second_seed is not None for s in plan.searches) else 1
+                stages += [lambda: _select(plan, run_dir, console)] * passes
+            wanted = set()
+            for stage in stages:
+                cells = stage if isinstance(stage, list) else [c for c in stage() if c.id not in wanted]
+                wanted |= {c.id for c in cells}
+                todo = run_dir.unfinished(cells, say=lambda line: console.print(escape(line)))
+                if todo:
+                    executor = executor or make_executor(options, run_dir, device)
+                    run_dir.write_jobs(executor)
+                    console.print(escape(f"running {len(todo)} cell(s) {executor.describe()}"))
+                    _run_cells(todo, run_dir, device, executor, retries, console)
+        finally:
+            if executor is not None:
+                executor.close()
+        run_dir.write_table()
+        results, _ = run_dir.load_cells()
+        return [r for r in results if r["cell_id"] in wanted]
 
 
 def _select(plan: Plan, run_dir: RunDir, console: Console) -> list[Cell]:

@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..harness.results import write_json
+from ..files import write_json
 from .weights import MAX_WEIGHTS_BYTES, Unreachable, cache_root, locate, metadata_mismatch, record_problems
 
 CACHE_FILE = "validation.json"

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..contracts.device import cpu_model
 from ..errors import UsageError
 from ..harness.plan import profile_names
-from ..harness.results import write_json
+from ..files import write_json
 from ..harness.rundir import RunDir
 from ..report.stats import CI_LEVEL
 from .entry import SCHEMA_VERSION, builtin_profile_text, derived, find_schema, planned_cells, profile_id

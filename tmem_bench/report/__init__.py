@@ -20,7 +20,7 @@ from .no_harm import no_harm_verdict, no_harm_verdicts
 from .power import power_rows, power_rule, power_summary, power_verdict
 from .rules import RULES, check_claim, check_claims
 from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
-from .tables import final_gate_table, summary_frame, summary_markdown, summary_rich, summary_table
+from .tables import final_gate_table, summary_frame, summary_markdown, summary_rich
 from .views import curve_data, generalisation_view, sweep_axis, training_view
 from .write import Report, write_report
 
@@ -29,6 +29,6 @@ __all__ = [
     "accuracy_figure", "bootstrap_ci", "bootstrap_diff_ci", "build_figures", "check_claim", "check_claims",
     "combine", "compare", "curve_data", "final_gate_table", "generalisation_view", "load_claims", "load_power",
     "load_run", "no_harm_verdict", "no_harm_verdicts", "power_rows", "power_rule", "power_summary", "power_verdict",
-    "run_data", "save_figure", "summary_frame", "summary_markdown", "summary_rich", "summary_table", "sweep_axis",
+    "run_data", "save_figure", "summary_frame", "summary_markdown", "summary_rich", "sweep_axis",
     "training_view", "write_report",
 ]

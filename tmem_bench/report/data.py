@@ -1,7 +1,6 @@
 """A run's stored cells as the report's tables, and the labels and orders every view shares."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,9 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..harness.results import rows
+from ..harness.results import gate_rows, history_rows, loop_steps_per_s, rows
 from ..harness.rundir import RunDir
-from ..levels import level_key
 from ..registry import BUILTIN_TASKS
 from .lr_choice import searches
 
@@ -65,7 +63,7 @@ def load_run(run_dir) -> RunData:
     except UsageError as e:
         problems.append(f"{e}; planned cells cannot be checked")
 
-    results, errors = run_dir.load_cells(checks=(_history_rows, _gate_rows))
+    results, errors = run_dir.load_cells(checks=(history_rows, gate_rows))
     problems.extend(errors)
     selection, left_out, found = searches(run_dir, results, manifest)
     problems.extend(found)
@@ -90,12 +88,12 @@ def load_run(run_dir) -> RunData:
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
              problems: list[str] | None = None) -> RunData:
     """The report's tables built from cell results (already read and checked)."""
-    table_rows, history_rows, gate_rows, axes, axis_is_int, options = [], [], [], {}, {}, {}
+    table_rows, history, gates, axes, axis_is_int, options = [], [], [], {}, {}, {}
     for result in results:
-        loop_rate = _loop_steps_per_s(result)
+        loop_rate = loop_steps_per_s(result)
         table_rows += [{**row, "loop_steps_per_s": loop_rate} for row in rows(result)]
-        history_rows += _history_rows(result)
-        gate_rows += _gate_rows(result)
+        history += history_rows(result)
+        gates += gate_rows(result)
         cell = result["cell"]
         axes.setdefault(cell["task"], tuple(cell["train_level"]))
         options.setdefault((cell["task"], cell["variant"]), dict(cell.get("task_options") or {}))
@@ -115,45 +113,8 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
             if is_int:  # rows of other tasks lack the axis, which would turn 50 into 50.0
                 table[axis] = table[axis].astype("Int64")
                 table[f"train_{axis}"] = table[f"train_{axis}"].astype("Int64")
-    return RunData(Path(run_dir), manifest, table, pd.DataFrame(history_rows), pd.DataFrame(gate_rows), axes,
+    return RunData(Path(run_dir), manifest, table, pd.DataFrame(history), pd.DataFrame(gates), axes,
                    list(problems or []), len(results), options)
-
-
-def _loop_steps_per_s(result: dict) -> float:
-    """Training-loop speed from the logged windows; the cell's own steps_per_s also counts model
-    building and the causality probe, which dominate short runs."""
-    seconds, last = 0.0, 0
-    for h in result.get("history") or []:
-        if h.get("steps_per_s"):
-            seconds += (h["step"] - last) / h["steps_per_s"]
-        last = h["step"]
-    return last / seconds if seconds > 0 else result.get("steps_per_s", math.nan)
-
-
-def _cell_keys(result: dict) -> dict:
-    cell = result["cell"]
-    return {
-        "cell_id": result["cell_id"], "task": cell["task"], "variant": cell["variant"], "label": cell["label"],
-        "seed": cell["seed"], "train_level": level_key(cell["train_level"]),
-    }
-
-
-def _history_rows(result: dict) -> list[dict]:
-    keys = _cell_keys(result)
-    return [{**keys, "step": h["step"], "loss": h["loss"], "train_acc": h["train_acc"]}
-            for h in result.get("history") or []]
-
-
-def _gate_rows(result: dict) -> list[dict]:
-    init = result.get("gate_init")
-    if not init:
-        return []
-    keys = _cell_keys(result)
-    out = [{**keys, "layer": layer, "step": 0, "gate": value} for layer, value in init.items()]
-    for h in result.get("history") or []:
-        for layer, value in (h.get("gates") or {}).items():
-            out.append({**keys, "layer": layer, "step": h["step"], "gate": value})
-    return out
 
 
 def series_label(model: str, variant: str) -> str:

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..harness.results import write_atomic
+from ..files import write_atomic
+from ..levels import level_key
 from .colors import label_colors, label_markers
-from .data import TASK_ORDER, RunData, level_key, model_order, natural_key, ordered, slug, task_order, variant_order
+from .data import TASK_ORDER, RunData, model_order, natural_key, ordered, slug, task_order, variant_order
 from .tables import level_sort_key, reliance_frame, summary_frame
 from .views import curve_data, generalisation_view, panels, sweep_axis, train_level_rank, training_view
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..levels import level_key
 from ..registry import TASKS
 from .budget import Point, budget_note, point
 from .capacity import (AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks,
                        points)
 from .claims import Claim, ClaimSpec, claim_spec, load_claims
-from .data import RunData, level_key, model_order, per_seed, task_label, task_order, variant_order
+from .data import RunData, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
 from .stats import BUDGET, INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
 from .tables import fmt_ci, fmt_pct, fmt_points

@@ -167,11 +167,6 @@ def summary_rich(data: RunData):
     return Group(*tables)
 
 
-def summary_table(results: list[dict]):
-    """Console summary for a list of cell results (as returned by the runner)."""
-    return summary_rich(run_data(results))
-
-
 def reliance_frame(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[summary["memory off"].notna()].reset_index(drop=True) if not summary.empty else summary
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..harness.results import write_atomic
+from ..files import write_atomic
 from ..harness.rundir import RunDir
 from .capacity import build_capacity_figures
 from .claims import Claim, load_claims, load_power
