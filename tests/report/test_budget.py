@@ -193,3 +193,46 @@ def test_a_variant_the_budget_left_open_is_not_said_not_to_discriminate(tmp_path
     rows = power_rows(load_run(tmp_path))
     assert power_lines(rows) == {"occlusion": f"{BUDGET} in block_hidden=True; not in standard"}
     assert power_of(tmp_path / "alone", {"base": 0.25, "tensor": 0.27})["verdict"] == BUDGET
+
+
+def _probed_capacity_run(run_dir, accuracies, probes):
+    """_capacity_run with state_probe.json giving the probe accuracy `probes[W]` for every seed at W."""
+    _capacity_run(run_dir, accuracies)
+    rows = []
+    for path in sorted((run_dir / "cells").glob("*.json")):
+        result = json.loads(path.read_text())
+        w = result["cell"]["train_level"]["n_writes"]
+        if w in probes:
+            rows.append({"cell_id": result["cell_id"], "label": "tensor", "seed": result["cell"]["seed"], "n_writes": w,
+                         "probe_accuracy": probes[w], "status": "probed"})
+    (run_dir / "state_probe.json").write_text(json.dumps({"schema": 1, "rows": rows}))
+    return check_claim(load_run(run_dir), "capacity"), check_claim(load_run(run_dir), "saturation")
+
+
+def test_a_state_the_probe_reads_is_not_full_it_was_not_read(tmp_path):
+    """A point below the threshold refutes the capacity claim where the state probe does no better
+    (the state is full as far as it can tell), and is the budget's where the probe answers what the
+    model does not (the read was not learned); so too the saturation caveat's most-writes point."""
+    accuracies = {5: 0.95, 20: 0.90, 40: 0.40}
+    capacity, saturation = _probed_capacity_run(tmp_path / "full", accuracies, {5: 0.90, 20: 0.80, 40: 0.42})
+    assert capacity.verdict == REFUTED
+    assert capacity.reason.startswith("tensor: not supported (below 75% from n_writes=40; there the state probe does "
+                                      "no better: full as far as it can tell (the state probe answers 42.0%")
+    assert saturation.verdict == SUPPORTED, saturation.reason
+    assert any("full as far as it can tell" in e["state probe at 40"] for e in saturation.evidence)
+    capacity, saturation = _probed_capacity_run(tmp_path / "unread", accuracies, {5: 0.90, 20: 0.80, 40: 0.70})
+    assert capacity.verdict == BUDGET
+    assert capacity.reason == ("inconclusive (budget): tensor at n_writes=40 did not learn to read its state (the "
+                               "state probe answers 70.0%, the model 39.6%, 3 seeds probed)")
+    assert saturation.verdict == BUDGET and "did not learn to read its state" in saturation.reason
+
+
+def test_the_state_probe_is_read_at_the_level_each_cell_was_trained_at(tmp_path):
+    _probed_capacity_run(tmp_path, {5: 0.95, 40: 0.40}, {40: 0.5})
+    table = load_run(tmp_path).table
+    assert set(table.loc[table["n_writes"] == 40, "probe_accuracy"]) == {0.5}
+    assert table.loc[table["n_writes"] == 5, "probe_accuracy"].isna().all()
+    (tmp_path / "state_probe.json").write_text("{not json")
+    data = load_run(tmp_path)
+    assert data.table["probe_accuracy"].isna().all()
+    assert any(p.startswith("state_probe.json is unreadable") for p in data.problems)

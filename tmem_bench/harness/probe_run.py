@@ -21,7 +21,6 @@ from .results import load_weights
 from .rundir import RunDir
 from .train import build_model
 
-FILE = "state_probe.json"
 SCHEMA = 1
 
 
@@ -89,7 +88,7 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
         raise UsageError(f"--models: no cells of {', '.join(unknown)} in {run_dir}; its models: {', '.join(known)}")
     chosen = [r for r in results if (not labels or r["cell"]["label"] in labels)
               and (seeds is None or r["cell"]["seed"] in seeds)]
-    out = run_dir.path / FILE
+    out = run_dir.state_probe_path
     done = _previous(out, config)
     for result in chosen:
         cell_id = result["cell_id"]

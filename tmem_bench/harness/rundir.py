@@ -71,6 +71,7 @@ class RunDir:
         self.jobs_path = self.path / "jobs.json"
         self.table_path = self.path / "results.csv"
         self.report_path = self.path / "report.md"
+        self.state_probe_path = self.path / "state_probe.json"  # written by `tmem-bench probe` (probe_run.py)
         self.slurm_folder = self.path / "slurm"
         self._lock_path = self.path / ".lock"
         self._manifest: dict | None = None  # what this process last wrote to manifest.json

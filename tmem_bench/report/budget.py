@@ -5,7 +5,11 @@ the model can do: a loss flat at chance may be a plateau more steps would leave,
 falling may fall further. Such a point can neither support nor refute, so a verdict resting on
 one is "inconclusive (budget)", naming the point, the steps it ran and how many seeds converged.
 A model at chance whose information reach finds no path from the evidence to the answer (at
-initialisation and trained) is blind by construction, not short of steps: that point counts."""
+initialisation and trained) is blind by construction, not short of steps: that point counts.
+Where the state probe was run (state_probe.json), a point whose state answers clearly more than
+the model does (claims.toml's [state_probe]) did not learn to read its state: it cannot say the
+state is full, and is the budget's too; one where the probe does no better says the state is full
+as far as a readout of the probe's capacity can tell."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .claims import PowerSpec, load_power, load_reach
+from .claims import PowerSpec, load_power, load_probe, load_reach
 from .data import per_seed
 from .stats import BUDGET
 
@@ -27,12 +31,32 @@ class Point:
     converged: int  # seeds every cell of which met the convergence rule
     not_converged: int  # seeds with a cell that had not; the rest do not say
     nothing_learned: bool  # at chance, with a path from the evidence to the answer (or none measured)
+    # The state probe at this point, where it was run at the level the model was trained at: its
+    # accuracy and the model's own over the probed seeds, and whether it answers clearly more.
+    probe: float | None = None
+    probe_own: float | None = None
+    probe_seeds: int = 0
+    read_not_learned: bool = False
 
     @property
     def limited(self) -> bool:
-        return self.nothing_learned or self.not_converged > 0
+        return self.nothing_learned or self.not_converged > 0 or self.read_not_learned
+
+    def probe_note(self) -> str | None:
+        """What the state probe says of this point, where it was run."""
+        if self.probe is None:
+            return None
+        numbers = (f"the state probe answers {100 * self.probe:.1f}%, the model {100 * self.probe_own:.1f}%, "
+                   f"{self.probe_seeds} seed{'s' * (self.probe_seeds != 1)} probed")
+        if self.read_not_learned:
+            return f"did not learn to read its state ({numbers})"
+        if self.nothing_learned:  # a state the model never learned to write says nothing of its capacity
+            return f"the state probe finds nothing either ({numbers})"
+        return f"the state probe does no better: full as far as it can tell ({numbers})"
 
     def describe(self, named: bool = True) -> str:
+        if self.read_not_learned:
+            return f"{self.label + ' ' if named else ''}{self.where} {self.probe_note()}"
         what = "learned nothing" if self.nothing_learned else "had not converged"
         steps = "-".join(f"{s:,}" for s in dict.fromkeys((self.steps[0], self.steps[-1])))
         unknown = self.seeds - self.converged - self.not_converged
@@ -61,12 +85,19 @@ def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bo
     accuracy, chance = float(per_seed(rows_).mean()), float(rows_["chance"].mean())
     reach = [rows_[c].mean() for c in ("reach_init", "reach_trained")]
     blind = not any(pd.isna(r) for r in reach) and max(reach) <= load_reach().no_path
+    probe = {}
+    if "probe_accuracy" in rows_:
+        probed = rows_[rows_["probe_accuracy"].notna()]
+        if not probed.empty:
+            probe = {"probe": float(per_seed(probed, "probe_accuracy").mean()),
+                     "probe_own": float(per_seed(probed).mean()), "probe_seeds": int(probed["seed"].nunique())}
+            probe["read_not_learned"] = load_probe().read_not_learned(probe["probe"], probe["probe_own"])
     return Point(
         label=str(rows_["label"].iloc[0]), where=where,
         steps=tuple(sorted({int(s) for s in cells["steps_run"]})), seeds=len(flags),
         converged=sum(all(f is True for f in fs) for fs in flags),
         not_converged=sum(any(f is False for f in fs) for fs in flags),
-        nothing_learned=judge_learning and not blind and spec.nothing_learned(accuracy, chance))
+        nothing_learned=judge_learning and not blind and spec.nothing_learned(accuracy, chance), **probe)
 
 
 def budget_note(points: list[Point]) -> str | None:

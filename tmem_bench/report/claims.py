@@ -99,6 +99,21 @@ def _claims_toml() -> dict:
     return tomllib.loads(resources.files(__package__).joinpath("claims.toml").read_text())
 
 
+@dataclass(frozen=True)
+class ProbeSpec:
+    """How the state probe's accuracy is read beside the model's own (claims.toml's [state_probe])."""
+    answers_margin: float
+
+    def read_not_learned(self, probe: float, accuracy: float) -> bool:
+        """The state holds what the model does not read: the probe at least `answers_margin` above it."""
+        return probe >= accuracy + self.answers_margin - EPS
+
+
+@cache
+def load_probe() -> ProbeSpec:
+    return ProbeSpec(**_claims_toml()["state_probe"])
+
+
 @cache
 def load_reach() -> ReachSpec:
     return ReachSpec(**_claims_toml()["reach"])

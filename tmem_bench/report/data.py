@@ -1,6 +1,8 @@
 """A run's stored cells as the report's tables, and the labels and orders every view shares."""
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,14 +82,31 @@ def load_run(run_dir) -> RunData:
                             f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
         else:
             problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
-    data = run_data(results, run_dir.path, manifest, problems)
+    probe, problem = state_probe(run_dir)
+    problems.extend([problem] if problem else [])
+    data = run_data(results, run_dir.path, manifest, problems, probe)
     data.selection = selection
     return data
 
 
+def state_probe(run_dir: RunDir) -> tuple[dict[str, float], str | None]:
+    """The state probe's accuracy by cell id, from state_probe.json where `tmem-bench probe` was run
+    (cells it probed only), and the problem where the file cannot be read."""
+    path = run_dir.state_probe_path
+    if not path.is_file():
+        return {}, None
+    try:
+        rows_ = json.loads(path.read_text())["rows"]
+        return {str(r["cell_id"]): float(r["probe_accuracy"]) for r in rows_
+                if r.get("status") == "probed" and r.get("probe_accuracy") is not None}, None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return {}, f"state_probe.json is unreadable ({type(e).__name__}: {e}); no verdict uses the state probe"
+
+
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
-             problems: list[str] | None = None) -> RunData:
-    """The report's tables built from cell results (already read and checked)."""
+             problems: list[str] | None = None, probe: dict[str, float] | None = None) -> RunData:
+    """The report's tables built from cell results (already read and checked); `probe`, the state
+    probe's accuracy by cell id, becomes the probe_accuracy of each cell's row at its trained level."""
     table_rows, history, gates, axes, axis_is_int, options = [], [], [], {}, {}, {}
     for result in results:
         loop_rate = loop_steps_per_s(result)
@@ -105,6 +124,8 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
     table = pd.DataFrame(table_rows)
     if not table.empty:
         table["series"] = [series_label(m, v) for m, v in zip(table["label"], table["variant"])]
+        table["probe_accuracy"] = [(probe or {}).get(cid, math.nan) if trained else math.nan
+                                   for cid, trained in zip(table["cell_id"], table["trained_at_level"])]
         for col in ("accuracy_memory_off", "gate_init_mean", "gate_final_mean", "n_params", "wall_time_s",
                     "reach_init", "reach_trained", "state_bytes", "validation_accuracy",
                     "steps_per_s", "loop_steps_per_s"):

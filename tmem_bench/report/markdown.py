@@ -180,7 +180,7 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
 
 def _state_probe(data: RunData) -> list[str]:
     """The state probe's results as stored in the run (state_probe.json), where it was run."""
-    path = data.run_dir / "state_probe.json"
+    path = data.dir.state_probe_path
     if not path.is_file():
         return []
     out = ["", "## State probe", "",

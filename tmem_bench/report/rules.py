@@ -183,6 +183,7 @@ def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             f"fewest {x_axis}": f"{xs[0]}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
             f"most {x_axis}": f"{xs[-1]}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
             "drop (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
+            f"state probe at {xs[-1]}": point(hi).probe_note() or "not run there",
         }, cmp["verdict"], [point(lo), point(hi)]
 
     _per_panel(claim, spec, data, [spec.memory], check)
@@ -280,6 +281,7 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             rows_ = group.rows[group.rows["label"] == label]
             read = [point(rows_[rows_[AXIS] == w], where=f"at {AXIS}={w}") for w in mp[AXIS]]
             verdict, refuted_at = _keeps(mp, read, spec.keeps)
+            probed = {int(w): p for w, p in zip(mp[AXIS], read) if p.probe is not None}
             per_label[label] = verdict
             below = mp[mp["high"] < spec.keeps].sort_values(AXIS)
             first = None if below.empty else below.iloc[0]
@@ -292,14 +294,17 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                                                 + marks(r) for _, r in mp.iterrows()),
                 f"first W below {100 * spec.keeps:g}%": "none" if first is None else str(int(first[AXIS])),
                 **{f"W at >= {100 * t:g}%": fmt_held(held(mp, t)) for t in THRESHOLDS},
+                "state probe at each W": ", ".join(f"{w}: {fmt_pct(p.probe)} ({p.probe_seeds} seed{'s' * (p.probe_seeds != 1)})"
+                                                   for w, p in probed.items()) or "not run",
                 "verdict": verdict,
             })
             keeps = f"{100 * spec.keeps:g}%"
             if verdict == REFUTED:
-                reasons.append(f"{label}: {verdict} (below {keeps} from {AXIS}={refuted_at})"
-                               if refuted_at == int(first[AXIS]) else
-                               f"{label}: {verdict} (below {keeps} at {AXIS}={refuted_at}, the first point below "
-                               f"that learned and converged)")
+                at = probed.get(refuted_at)
+                reasons.append((f"{label}: {verdict} (below {keeps} from {AXIS}={refuted_at}"
+                                if refuted_at == int(first[AXIS]) else
+                                f"{label}: {verdict} (below {keeps} at {AXIS}={refuted_at}, the first point below "
+                                f"that learned and converged") + (f"; there {at.probe_note()})" if at else ")"))
             elif verdict == BUDGET:
                 reasons.append(budget_note(read))
             elif verdict == SUPPORTED:

@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 
-from .data import (TASK_ORDER, RunData, model_order, natural_key, ordered, per_seed, run_data, series_label, task_label,
+from .data import (TASK_ORDER, RunData, model_order, natural_key, ordered, per_seed, series_label, task_label,
                    task_order, variant_order)
 from .stats import bootstrap_ci
 
