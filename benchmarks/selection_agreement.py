@@ -5,6 +5,11 @@ with a second seed where their best two lrs were close. Searches are matched by 
 model and training level; those either run has not chosen are left out and counted.
 
     python benchmarks/selection_agreement.py runs/study runs/study-selection-seed3
+
+With one run, what its second selection seed did: of the searches whose best two lrs were close,
+how many the first seed alone, and the second seed alone, would have chosen as the mean did.
+
+    python benchmarks/selection_agreement.py docs/runs/study_converge
 """
 from __future__ import annotations
 
@@ -26,11 +31,27 @@ def load(run_dir: Path) -> dict[tuple, dict]:
     return {(s["task"], s["variant"], s["label"], s["train_level"]): s for s in searches}
 
 
+def within(run: dict[tuple, dict]) -> None:
+    second = {k: s for k, s in run.items() if s.get("second_seed_lrs")}
+    close = {k: s for k, s in second.items() if s.get("chosen_lr") is not None}
+    print(f"second seed trained in {len(second)} of {len(run)} searches, chosen in {len(close)} of them")
+    for name, alone in (("first seed alone", one_seed_lr),
+                        ("second seed alone", lambda s: max(s["second_trials"], key=lambda t: t["accuracy"])["lr"])):
+        differ = {k: alone(s) for k, s in close.items() if alone(s) != s["chosen_lr"]}
+        print(f"{name} chooses as the mean of both: {len(close) - len(differ)} of {len(close)}")
+        for (task, variant, label, level), lr in differ.items():
+            print(f"  {task} [{variant}] {label} @ {level}: {lr:g} alone, {close[(task, variant, label, level)]['chosen_lr']:g} "
+                  "by the mean")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_a", type=Path)
-    ap.add_argument("run_b", type=Path)
+    ap.add_argument("run_b", type=Path, nargs="?")
     args = ap.parse_args()
+    if args.run_b is None:
+        within(load(args.run_a))
+        return 0
     a, b = load(args.run_a), load(args.run_b)
     shared = sorted(set(a) & set(b))
     rules = {"first seed alone": one_seed_lr, "as chosen": lambda s: s.get("chosen_lr")}

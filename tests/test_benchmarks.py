@@ -108,3 +108,31 @@ def test_selection_agreement_counts_the_choices_two_runs_share_by_either_rule(tm
     assert "t [v] y @ w=1: 0.01 against 0.001" in proc.stdout
     assert "as chosen: 2 of 2 choices agree" in proc.stdout
     assert "second seed trained in 1 of 2 shared searches" in proc.stdout
+
+    # One run: its second seed, where y's lrs were close (seed 0 alone: 1e-2; seed 1 alone: 1e-3 = the mean's).
+    close = search("y", {1e-3: 0.5, 1e-2: 0.52}, 1e-3, (1e-3, 1e-2))
+    close["second_trials"] = [{"lr": 1e-3, "accuracy": 0.6}, {"lr": 1e-2, "accuracy": 0.55}]
+    proc = subprocess.run([sys.executable, str(script), run("c", [search("x", {1e-3: 0.6}, 1e-3), close])],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "second seed trained in 1 of 2 searches, chosen in 1 of them" in proc.stdout
+    assert "first seed alone chooses as the mean of both: 0 of 1\n  t [v] y @ w=1: 0.01 alone, 0.001 by" in proc.stdout
+    assert "second seed alone chooses as the mean of both: 1 of 1" in proc.stdout
+
+
+def test_converged_cells_counts_each_runs_cells_by_the_rule_they_record(tmp_path):
+    from tests.report.helpers import RunBuilder
+
+    b = RunBuilder(tmp_path / "run")
+    for seed, converged, stopped, ran in ((0, True, "converged", 400), (1, False, "cap", 1500), (2, None, None, None)):
+        cid = b.cell("occlusion", "tensor", seed, (2,), {(2,): 0.5})
+        path = tmp_path / "run" / "cells" / f"{cid}.json"
+        result = json.loads(path.read_text())
+        result["convergence"] = {"converged": converged}
+        result |= {"stopped": stopped, "steps_run": ran} if stopped else {}
+        path.write_text(json.dumps(result))
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "converged_cells.py"), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 of 2 cells converged (1 more record no verdict), 1 min of cell wall time" in proc.stdout
+    assert "| occlusion | tensor | 3 | 1 | 1 | 1 | 150-1,500 | cap 1, converged 1, fixed budget 1 | 0.8 |" in proc.stdout
