@@ -40,8 +40,8 @@ def within(run: dict[tuple, dict]) -> None:
         differ = {k: alone(s) for k, s in close.items() if alone(s) != s["chosen_lr"]}
         print(f"{name} chooses as the mean of both: {len(close) - len(differ)} of {len(close)}")
         for (task, variant, label, level), lr in differ.items():
-            print(f"  {task} [{variant}] {label} @ {level}: {lr:g} alone, {close[(task, variant, label, level)]['chosen_lr']:g} "
-                  "by the mean")
+            chosen = close[(task, variant, label, level)]["chosen_lr"]
+            print(f"  {task} [{variant}] {label} @ {level}: {lr:g} alone, {chosen:g} by the mean")
 
 
 def main() -> int:

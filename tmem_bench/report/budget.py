@@ -42,12 +42,15 @@ class Point:
     def limited(self) -> bool:
         return self.nothing_learned or self.not_converged > 0 or self.read_not_learned
 
+    def probed_seeds(self) -> str:
+        return f"{self.probe_seeds} seed{'s' * (self.probe_seeds != 1)}"
+
     def probe_note(self) -> str | None:
         """What the state probe says of this point, where it was run."""
         if self.probe is None:
             return None
         numbers = (f"the state probe answers {100 * self.probe:.1f}%, the model {100 * self.probe_own:.1f}%, "
-                   f"{self.probe_seeds} seed{'s' * (self.probe_seeds != 1)} probed")
+                   f"{self.probed_seeds()} probed")
         if self.read_not_learned:
             return f"did not learn to read its state ({numbers})"
         if self.nothing_learned:  # a state the model never learned to write says nothing of its capacity

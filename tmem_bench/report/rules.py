@@ -178,13 +178,14 @@ def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             return None
         lo, hi = rows_[rows_[x_axis] == xs[0]], rows_[rows_[x_axis] == xs[-1]]
         cmp = compare(per_seed(lo), per_seed(hi), spec.margin)
+        read = [point(lo), point(hi)]
         return {
             "level": level_key(panel), "view": view,
             f"fewest {x_axis}": f"{xs[0]}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
             f"most {x_axis}": f"{xs[-1]}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
             "drop (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
-            f"state probe at {xs[-1]}": point(hi).probe_note() or "not run there",
-        }, cmp["verdict"], [point(lo), point(hi)]
+            f"state probe at {xs[-1]}": read[1].probe_note() or "not run there",
+        }, cmp["verdict"], read
 
     _per_panel(claim, spec, data, [spec.memory], check)
 
@@ -294,7 +295,7 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                                                 + marks(r) for _, r in mp.iterrows()),
                 f"first W below {100 * spec.keeps:g}%": "none" if first is None else str(int(first[AXIS])),
                 **{f"W at >= {100 * t:g}%": fmt_held(held(mp, t)) for t in THRESHOLDS},
-                "state probe at each W": ", ".join(f"{w}: {fmt_pct(p.probe)} ({p.probe_seeds} seed{'s' * (p.probe_seeds != 1)})"
+                "state probe at each W": ", ".join(f"{w}: {fmt_pct(p.probe)} ({p.probed_seeds()})"
                                                    for w, p in probed.items()) or "not run",
                 "verdict": verdict,
             })
