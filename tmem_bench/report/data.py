@@ -32,6 +32,7 @@ class RunData:
     n_cells: int = 0
     task_options: dict[tuple[str, str], dict] = field(default_factory=dict)  # (task, variant) -> its options
     selection: list[dict] = field(default_factory=list)  # the run's learning-rate searches (selection.json)
+    state_probe: dict | None = None  # state_probe.json where `tmem-bench probe` was run and it reads
 
     @property
     def dir(self) -> RunDir:
@@ -82,25 +83,33 @@ def load_run(run_dir) -> RunData:
                             f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
         else:
             problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
-    probe, problem = state_probe(run_dir)
+    probe, problem = read_state_probe(run_dir)
     problems.extend([problem] if problem else [])
-    data = run_data(results, run_dir.path, manifest, problems, probe)
-    data.selection = selection
+    data = run_data(results, run_dir.path, manifest, problems, probe_by_cell(probe))
+    data.selection, data.state_probe = selection, probe
     return data
 
 
-def state_probe(run_dir: RunDir) -> tuple[dict[str, float], str | None]:
-    """The state probe's accuracy by cell id, from state_probe.json where `tmem-bench probe` was run
-    (cells it probed only), and the problem where the file cannot be read."""
+def read_state_probe(run_dir: RunDir) -> tuple[dict | None, str | None]:
+    """state_probe.json as `tmem-bench probe` wrote it (None where it was not run), and the problem
+    where it cannot be read: the one reading behind both the verdicts and the report's section."""
     path = run_dir.state_probe_path
     if not path.is_file():
-        return {}, None
+        return None, None
     try:
-        rows_ = json.loads(path.read_text())["rows"]
-        return {str(r["cell_id"]): float(r["probe_accuracy"]) for r in rows_
-                if r.get("status") == "probed" and r.get("probe_accuracy") is not None}, None
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+            raise ValueError("not an object with a list of rows")
+        probe_by_cell(doc)
+        return doc, None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return {}, f"state_probe.json is unreadable ({type(e).__name__}: {e}); no verdict uses the state probe"
+        return None, f"state_probe.json is unreadable ({type(e).__name__}: {e}); no verdict uses the state probe"
+
+
+def probe_by_cell(doc: dict | None) -> dict[str, float]:
+    """The state probe's accuracy by cell id, for the cells it probed."""
+    return {str(r["cell_id"]): float(r["probe_accuracy"]) for r in (doc or {}).get("rows", [])
+            if r.get("status") == "probed" and r.get("probe_accuracy") is not None}
 
 
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,

@@ -180,20 +180,14 @@ def _per_model(data: RunData, spec: PowerSpec) -> list[str]:
 
 def _state_probe(data: RunData) -> list[str]:
     """The state probe's results as stored in the run (state_probe.json), where it was run."""
-    path = data.dir.state_probe_path
-    if not path.is_file():
+    probe = data.state_probe
+    if probe is None:
         return []
     out = ["", "## State probe", "",
            "A readout of fixed capacity trained on each memory's frozen final state to answer the queries from the "
            "state alone, beside the model's own accuracy (state_probe.json):", ""]
-    try:
-        probe = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return out + [f"state_probe.json could not be read ({e}); nothing of it is shown."]
-    records = probe if isinstance(probe, list) else next(
-        (v for v in probe.values() if isinstance(v, list)), []) if isinstance(probe, dict) else []
-    records = [r for r in records if isinstance(r, dict)]
-    facts = {k: v for k, v in probe.items() if not isinstance(v, (list, dict))} if isinstance(probe, dict) else {}
+    records = probe["rows"]
+    facts = {k: v for k, v in probe.items() if not isinstance(v, (list, dict))}
     out += [f"- {k}: {_value(v)}" for k, v in facts.items()]
     if records:
         header = list(dict.fromkeys(k for r in records for k in r))
