@@ -83,33 +83,28 @@ def load_run(run_dir) -> RunData:
                             f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
         else:
             problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
-    probe, problem = read_state_probe(run_dir)
+    probe, probe_accuracy, problem = read_state_probe(run_dir)
     problems.extend([problem] if problem else [])
-    data = run_data(results, run_dir.path, manifest, problems, probe_by_cell(probe))
+    data = run_data(results, run_dir.path, manifest, problems, probe_accuracy)
     data.selection, data.state_probe = selection, probe
     return data
 
 
-def read_state_probe(run_dir: RunDir) -> tuple[dict | None, str | None]:
-    """state_probe.json as `tmem-bench probe` wrote it (None where it was not run), and the problem
-    where it cannot be read: the one reading behind both the verdicts and the report's section."""
+def read_state_probe(run_dir: RunDir) -> tuple[dict | None, dict[str, float], str | None]:
+    """state_probe.json as `tmem-bench probe` wrote it (None where it was not run), the accuracy by
+    cell id of the cells it probed, and the problem where it cannot be read: the one reading behind
+    both the verdicts and the report's section."""
     path = run_dir.state_probe_path
     if not path.is_file():
-        return None, None
+        return None, {}, None
     try:
         doc = json.loads(path.read_text())
         if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
             raise ValueError("not an object with a list of rows")
-        probe_by_cell(doc)
-        return doc, None
+        return doc, {str(r["cell_id"]): float(r["probe_accuracy"]) for r in doc["rows"]
+                     if r.get("status") == "probed" and r.get("probe_accuracy") is not None}, None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return None, f"state_probe.json is unreadable ({type(e).__name__}: {e}); no verdict uses the state probe"
-
-
-def probe_by_cell(doc: dict | None) -> dict[str, float]:
-    """The state probe's accuracy by cell id, for the cells it probed."""
-    return {str(r["cell_id"]): float(r["probe_accuracy"]) for r in (doc or {}).get("rows", [])
-            if r.get("status") == "probed" and r.get("probe_accuracy") is not None}
+        return None, {}, f"state_probe.json is unreadable ({type(e).__name__}: {e}); no verdict uses the state probe"
 
 
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
