@@ -99,8 +99,8 @@ def test_a_grid_of_one_lr_plans_exactly_the_cells_of_a_scalar_lr(tmp_path):
 
 def test_built_in_profiles_keep_the_cell_ids_of_their_committed_runs():
     docs = ROOT / "docs" / "runs"
-    # The study's and the capacity run's, planned from the profile text they were run with (their
-    # leaderboard entries keep it): test_a_fixed_steps_profile_plans_the_committed_runs_cell_ids.
+    # The study's and the capacity run's, planned with their manifests' overrides:
+    # test_a_fixed_steps_profile_plans_the_committed_runs_cell_ids.
     for profile, run in (("quick", "example-quick-all"),):
         manifest = json.loads((docs / run / "manifest.json").read_text())
         settings = manifest["settings"]
