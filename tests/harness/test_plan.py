@@ -11,7 +11,7 @@ from tests.helpers import ROOT, cli, one_line_error
 from tests.profiles import GRID
 from tmem_bench.contracts.task import MAX_TRAIN_SEED, SEED_BITS
 from tmem_bench.errors import UsageError
-from tmem_bench.harness.plan import Overrides, load_profile, make_plan, plan_run, plan_task_searches
+from tmem_bench.harness.plan import Overrides, make_plan, plan_run
 from tmem_bench.levels import level_key
 from tmem_bench.registry import get_task
 
@@ -55,75 +55,41 @@ def test_unknown_task_and_profile():
         make_plan("coordinate_binding", "nope")
 
 
-@pytest.mark.parametrize("run", ["docs/runs/study", "docs/runs/capacity"])
-def test_a_fixed_steps_profile_plans_the_committed_runs_cell_ids(run):
-    """The built-in profile a committed fixed-budget run was made with plans, with this suite and
-    the run's recorded overrides, exactly the cells that run holds (its finals at the lrs it
-    chose): a fixed `steps` hashes as it always did."""
-    settings = json.loads((ROOT / run / "manifest.json").read_text())["settings"]
-    profile = load_profile(settings["profile"])
-    overrides = Overrides(**settings["overrides"])
-    stored = {p.stem for p in (ROOT / run / "cells").glob("*.json")}
-    planned = [plan_task_searches(name, profile, overrides) for name in profile["tasks"]]
-    cells = [c for plan in planned for c in plan.cells]
-    selection = ROOT / run / "selection.json"
-    chosen = {(s["task"], s["label"], s["train_level"]): s["chosen_lr"]
-              for s in (json.loads(selection.read_text())["searches"] if selection.exists() else [])}
-    for search in (s for plan in planned for s in plan.searches):
-        first = search.trials[0]
-        cells += search.finals(chosen[(first.task, first.label, level_key(first.train_level))])
-    assert stored and {c.id for c in cells} == stored
-    assert not any("early_stop" in c.train for c in cells)
-
-
-def test_early_stop_false_plans_the_ids_of_a_profile_without_it(tmp_path):
-    plain = tmp_path / "plain.toml"
-    plain.write_text(early_stop_text(300, True).replace("early_stop = true\n", ""))
-    (without,) = make_plan("no_harm", str(plain))
-    assert tiny_cell(tmp_path, early_stop=False).id == without.id
-    assert tiny_cell(tmp_path).id != without.id
-
-
-def test_selection_only_without_a_grid_is_refused(tmp_path):
-    path = tmp_path / "one_lr.toml"
-    path.write_text(second_seed_text(second_seed=False).replace("lr = [1e-3, 3e-3, 1e-2]", "lr = 1e-3"))
-    with pytest.raises(UsageError, match="no learning-rate grid"):
-        plan_run("coordinate_binding", str(path), Overrides(selection_only=True))
-
-
 def test_a_grid_of_one_lr_plans_exactly_the_cells_of_a_scalar_lr(tmp_path):
     scalar = plan_run("coordinate_binding", write_profile(tmp_path, selection_profile("1e-3")))
     one = plan_run("coordinate_binding", write_profile(tmp_path, selection_profile("[1e-3]")))
     assert [c.id for c in one.cells] == [c.id for c in scalar.cells] and not one.searches
 
 
-def test_built_in_profiles_keep_the_cell_ids_of_their_committed_runs():
-    docs = ROOT / "docs" / "runs"
-    # The study's and the capacity run's, planned with their manifests' overrides:
-    # test_a_fixed_steps_profile_plans_the_committed_runs_cell_ids.
-    for profile, run in (("quick", "example-quick-all"),):
-        manifest = json.loads((docs / run / "manifest.json").read_text())
-        settings = manifest["settings"]
-        redo = (f"redo it: move docs/runs/{run} aside, then tmem-bench run {settings['task']} "
-                f"--profile {settings['profile']} --out docs/runs/{run}")
-        committed = {c["id"] if isinstance(c, dict) else c for c in manifest["cells"]}
-        if {p.stem for p in (docs / run / "cells").glob("*.json")} != committed:
-            pytest.fail(f"docs/runs/{run}: its cells/ are not the cells its manifest.json names; {redo}", pytrace=False)
-        plan = plan_run("all", profile)
-        planned = {c.id for c in plan.cells}
-        if plan.searches:
-            # The finals follow the committed run's selection: the plan's trials, each search's
-            # seeds at the lr that run chose, and nothing else.
-            chosen = {(s["task"], s["variant"], s["label"], s["train_level"]): s["chosen_lr"]
-                      for s in json.loads((docs / run / "selection.json").read_text())["searches"]}
-            for search in plan.searches:
-                trial = search.trials[0]
-                lr = chosen.get((trial.task, trial.variant, trial.label, level_key(trial.train_level)))
-                if lr is not None:
-                    planned |= {c.id for c in search.finals(lr)}
-        if planned != committed:
-            pytest.fail(f"docs/runs/{run} is stale: profile {profile!r} plans {len(planned - committed)} cells it does "
-                        f"not hold and not {len(committed - planned)} it does; {redo}", pytrace=False)
+@pytest.mark.parametrize("run", ["example-quick-all", "study", "capacity"])
+def test_built_in_profiles_keep_the_cell_ids_of_their_committed_runs(run):
+    """The built-in profile a committed run was made with plans, with this suite and the run's
+    recorded task and overrides, exactly the cells that run holds: the plan's cells and each
+    search's finals at the lr that run chose. None of these runs stops early, so a fixed `steps`
+    hashes as it always did."""
+    folder = ROOT / "docs" / "runs" / run
+    manifest = json.loads((folder / "manifest.json").read_text())
+    settings = manifest["settings"]
+    redo = (f"redo it: move docs/runs/{run} aside, then tmem-bench run {settings['task']} "
+            f"--profile {settings['profile']} --out docs/runs/{run}")
+    committed = {c["id"] if isinstance(c, dict) else c for c in manifest["cells"]}
+    if not committed or {p.stem for p in (folder / "cells").glob("*.json")} != committed:
+        pytest.fail(f"docs/runs/{run}: its cells/ are not the cells its manifest.json names; {redo}", pytrace=False)
+    plan = plan_run(settings["task"], settings["profile"], Overrides(**settings["overrides"]))
+    cells = list(plan.cells)
+    if plan.searches:
+        chosen = {(s["task"], s["variant"], s["label"], s["train_level"]): s["chosen_lr"]
+                  for s in json.loads((folder / "selection.json").read_text())["searches"]}
+        for search in plan.searches:
+            trial = search.trials[0]
+            lr = chosen.get((trial.task, trial.variant, trial.label, level_key(trial.train_level)))
+            if lr is not None:
+                cells += search.finals(lr)
+    planned = {c.id for c in cells}
+    if planned != committed:
+        pytest.fail(f"docs/runs/{run} is stale: profile {settings['profile']!r} plans {len(planned - committed)} cells "
+                    f"it does not hold and not {len(committed - planned)} it does; {redo}", pytrace=False)
+    assert not any("early_stop" in c.train for c in cells)
 
 
 def test_a_grid_plans_every_lr_at_the_first_seed_and_the_other_seeds_later(tmp_path):
