@@ -61,6 +61,21 @@ def test_a_grid_of_one_lr_plans_exactly_the_cells_of_a_scalar_lr(tmp_path):
     assert [c.id for c in one.cells] == [c.id for c in scalar.cells] and not one.searches
 
 
+def test_early_stop_false_plans_the_ids_of_a_profile_without_it(tmp_path):
+    plain = tmp_path / "plain.toml"
+    plain.write_text(early_stop_text(300, True).replace("early_stop = true\n", ""))
+    (without,) = make_plan("no_harm", str(plain))
+    assert tiny_cell(tmp_path, early_stop=False).id == without.id
+    assert tiny_cell(tmp_path).id != without.id
+
+
+def test_selection_only_without_a_grid_is_refused(tmp_path):
+    path = tmp_path / "one_lr.toml"
+    path.write_text(second_seed_text(second_seed=False).replace("lr = [1e-3, 3e-3, 1e-2]", "lr = 1e-3"))
+    with pytest.raises(UsageError, match="no learning-rate grid"):
+        plan_run("coordinate_binding", str(path), Overrides(selection_only=True))
+
+
 @pytest.mark.parametrize("run", ["example-quick-all", "study", "capacity"])
 def test_built_in_profiles_keep_the_cell_ids_of_their_committed_runs(run):
     """The built-in profile a committed run was made with plans, with this suite and the run's
