@@ -55,6 +55,9 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                                     "checked against the sha256 and size its entry records")
     fetch.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
                        help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
+    fetch.add_argument("--allow-file-urls", action="store_true",
+                       help="read the file:// URLs entries give (files of this machine): only for entries of your "
+                            "own; without it they are refused unread")
     show = actions.add_parser("show", parents=[debug],
                               help="an entry's cells with their stored numbers and those their weights give here")
     show.add_argument("entry", metavar="ENTRY", help="an entry folder, e.g. leaderboard/entries/<slug>")
@@ -85,6 +88,10 @@ def _freshness(validation) -> str:
 
 
 def cmd_leaderboard(args) -> int:
+    if args.action == "fetch":  # before anything that imports torch: fetching needs no model
+        from ..leaderboard.fetch import fetch_board
+
+        return fetch_board(args.path, args.allow_file_urls)
     from ..leaderboard import build, submit, validate
 
     if args.action == "submit":
@@ -95,10 +102,6 @@ def cmd_leaderboard(args) -> int:
             print(f"entry: {path}")
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
-    if args.action == "fetch":
-        from ..leaderboard.fetch import fetch_board
-
-        return fetch_board(args.path)
     if args.action == "show":
         from ..leaderboard.api import show
 

@@ -3,14 +3,36 @@
 Modules: entry (every field of an entry recomputed from cells), submit (entries
 from a run, written into the board all or nothing), validate (trust nothing
 claimed), board (README.md and the data of the page), page (the self-contained
-index.html). The `leaderboard` subcommands are in tmem_bench/cli/leaderboard.py,
-so that the command line loads none of this until asked.
+index.html), guard (what of an entry may be read), weights and fetch (weights by
+hash). The `leaderboard` subcommands are in tmem_bench/cli/leaderboard.py, so that
+the command line loads none of this until asked; the names below load their module
+on first use, so that `leaderboard fetch` (guard, weights) never imports torch.
 """
-from .board import board_data, build, preview, preview_entries, preview_folder
-from .entry import RANKED_MIN_SEEDS
-from .folder import held
-from .submit import make_entries, submit
-from .validate import Validation, validate
+import sys
+import types
+from importlib import import_module
 
-__all__ = ["RANKED_MIN_SEEDS", "Validation", "board_data", "build", "held", "make_entries", "preview",
-           "preview_entries", "preview_folder", "submit", "validate"]
+_WHERE = {"board_data": "board", "build": "board", "preview": "board", "preview_entries": "board",
+          "preview_folder": "board", "RANKED_MIN_SEEDS": "entry", "held": "folder", "make_entries": "submit",
+          "submit": "submit", "Validation": "validate", "validate": "validate"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+
+
+class _Package(types.ModuleType):
+    """`submit` and `validate` name both a module and its function; importing the module sets the
+    package's attribute to the module, so that attribute is never set here and the function is
+    what the package gives, as when this file imported them all up front."""
+
+    def __setattr__(self, name, value):
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -19,6 +19,8 @@ from pathlib import Path
 from ..errors import UsageError
 from ..harness.results import read_cell, results_table
 from ..registry import module_names
+from .guard import cell_path, read_entry_json, size_problem
+from .names import refusal
 from .weights import Unreachable, locate
 
 
@@ -62,12 +64,13 @@ class LoadedEntry:
         """The cell's model (a TaskModel: task adapter and backbone) with its trained weights, in eval mode."""
         from ..harness.plan import cell_from_dict
         from ..harness.results import load_weights
-        from ..harness.train import build_model
+        from .reeval import build_within
 
-        with module_names(self.allow_module_names):
-            model = build_model(cell_from_dict(self.result(cell_id)["cell"]))
+        weights = self.weights(cell_id)
         try:
-            load_weights(self.weights(cell_id), model)
+            with module_names(self.allow_module_names):
+                model = build_within(cell_from_dict(self.result(cell_id)["cell"]), weights)
+            load_weights(weights, model)
         except ValueError as e:
             raise UsageError(f"{self.path.name}: {e}") from None
         return model.eval()
@@ -104,22 +107,32 @@ class LoadedEntry:
 
 def load_entry(path, allow_module_names: bool = False) -> LoadedEntry:
     """An entry folder (leaderboard/entries/<slug>): its entry.json, its cells, a model with its
-    weights for any cell, and its re-evaluation; UsageError names what cannot be read. A task or
-    model the entry names as `module:attribute` is refused unless `allow_module_names` (importing
-    it runs its code)."""
+    weights for any cell, and its re-evaluation; UsageError names what cannot be read. Its files are
+    read as validation reads them (guard.py): no link, no special file, nothing outside the entry,
+    nothing past the size limit. A task or model the entry names as `module:attribute` is refused
+    unless `allow_module_names` (importing it runs its code), and so is an option its factory does
+    not declare."""
     path = Path(path)
     try:
-        entry = json.loads((path / "entry.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path} is not a readable leaderboard entry (entry.json: {e})") from None
-    if not isinstance(entry, dict) or not isinstance(entry.get("cells"), list):
+        entry = read_entry_json(path)
+    except ValueError as e:
+        raise UsageError(f"{path} is not a readable leaderboard entry ({e})") from None
+    if not isinstance(entry.get("cells"), list):
         raise UsageError(f"{path}/entry.json is not a leaderboard entry (it lists no cells)")
     cells = {}
     for cell_id in entry["cells"]:
         try:
-            cells[cell_id] = read_cell(path / "cells" / f"{cell_id}.json")
+            cells[cell_id] = read_cell(cell_path(path, cell_id))
         except (TypeError, ValueError) as e:
             raise UsageError(f"{path.name}: {e}") from None
+    for cell_id, result in cells.items():
+        cell = result["cell"]
+        with module_names(allow_module_names):  # a factory's signature is read from its imported module
+            problem = (refusal("task", cell["task"], cell["task_options"], allow_module_names)
+                       or refusal("model", cell["model"], cell["model_options"], allow_module_names)
+                       or size_problem(cell["model_options"]))
+        if problem:
+            raise UsageError(f"{path.name}: cells/{cell_id}.json: {problem}")
     return LoadedEntry(path, entry, cells, allow_module_names)
 
 

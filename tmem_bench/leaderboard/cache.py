@@ -98,6 +98,7 @@ def _plugins(entry: dict) -> list[str]:
     from importlib import metadata
 
     from ..registry import BUILTIN_MODELS, BUILTIN_TASKS
+    from .names import is_module_name
 
     try:
         wanted = {("tmem_bench.models", entry["model"]["name"]),
@@ -107,6 +108,9 @@ def _plugins(entry: dict) -> list[str]:
     out = []
     for group, name in sorted(wanted, key=str):
         if not isinstance(name, str) or name in BUILTIN_MODELS or name in BUILTIN_TASKS:
+            continue
+        if ":" in name and not is_module_name(name):
+            out.append(f"{name} refused")  # validation refuses it; no file it names is opened (a path)
             continue
         found = [(name, name.partition(":")[0], None)] if ":" in name else [
             (ep.value, ep.module, ep.dist) for ep in metadata.entry_points(group=group, name=name)]

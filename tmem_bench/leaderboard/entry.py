@@ -20,29 +20,12 @@ from ..harness.selection import choose
 from ..levels import level_key
 from ..registry import get_backbone, get_task, task_names
 from ..report.stats import bootstrap_ci
+from .guard import SCHEMA_FILE, find_schema  # noqa: F401 - the entry's names since before guard.py
 
 SCHEMA_VERSION = 1
-SCHEMA_FILE = "entry.schema.json"
 RANKED_MIN_SEEDS = 3
 # Overrides that choose which cells of a profile run, not how: every other override makes a different profile.
 SELECTING_OVERRIDES = ("models", "seeds")
-
-
-def find_schema(path: Path) -> Path:
-    """entry.schema.json of the board `path` is (or whose entries folder or entry it is): in the
-    board's folder or a folder above it, never in an entry or the entries folder, where an entry
-    could ship a schema that admits anything."""
-    board = Path(os.path.abspath(path))  # links resolved only above the board: an entry may be one
-    if (board / "entry.json").exists() or (board / "entry.json").is_symlink():
-        board = board.parent
-    if board.name == "entries":
-        board = board.parent
-    board = board.resolve()
-    for folder in [board, *board.parents]:
-        if (folder / SCHEMA_FILE).is_file():
-            return folder / SCHEMA_FILE
-    raise UsageError(f"no {SCHEMA_FILE} in {path} or any folder above it; run from a clone of tmem-bench "
-                     f"(it lives in leaderboard/)")
 
 
 def task_version(task_name: str) -> int:

@@ -1,7 +1,8 @@
 """`tmem-bench leaderboard fetch`: the weights a board's entries reference, into the local cache.
 
 Only an entry that its schema admits is fetched for, so that every record names a hash and a
-size before a byte is downloaded; `validate` then judges the entry whole.
+size before a byte is downloaded; `validate` then judges the entry whole. Fetching needs no model:
+this module imports neither torch nor the harness (guard.py, weights.py).
 """
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from .entry import find_schema
-from .validate import entry_dirs, not_readable
+from .guard import entry_dirs, find_schema, not_readable
 from .weights import fetch, weights_cache
 
 
-def fetch_board(path="leaderboard") -> int:
+def fetch_board(path="leaderboard", allow_file_urls: bool = False) -> int:
     """Fetch for every entry under `path` (a board, its entries folder or one entry); prints a line
     per entry that references weights and one per failure (stderr). Exit status 1 on a failure."""
     from jsonschema import Draft202012Validator
@@ -40,7 +40,7 @@ def fetch_board(path="leaderboard") -> int:
         if not any("url" in r for r in (entry.get("weights") or {}).values()):
             held += 1
             continue
-        fetched, cached, failures = fetch(entry)
+        fetched, cached, failures = fetch(entry, allow_file_urls)
         print(f"{entry_dir.name}: {fetched} fetched, {cached} in the cache"
               + (f", {len(failures)} failed" if failures else ""))
         for line in failures:

@@ -65,6 +65,13 @@ def _profile_sites(text: str) -> list[tuple[str, str, object, dict | None]]:
     return out
 
 
+def is_module_name(name: str) -> bool:
+    """`package.module:attribute` made of Python identifiers only: no path, so nothing that names it
+    can reach a file outside the folders Python imports from."""
+    module, _, attr = name.partition(":")
+    return bool(attr) and attr.isidentifier() and all(part.isidentifier() for part in module.split("."))
+
+
 def refusal(kind: str, name, options: dict | None, allow_module_names: bool) -> str | None:
     """Why an entry may not name `name` (with `options` for its factory), or None; the factory
     is read, never called."""
@@ -74,6 +81,8 @@ def refusal(kind: str, name, options: dict | None, allow_module_names: bool) -> 
     if name not in registry:
         if ":" not in name:
             return f"unknown {kind} {name!r}; known: {', '.join(registry.names())}"
+        if not is_module_name(name):  # a path such as /abs/dir/mod:x would name a file, not a module
+            return f"{kind} {name[:80]!r} is not a module:attribute name (dotted Python identifiers)"
         if not allow_module_names:
             return (f"{kind} {name!r} is a module:attribute name, and importing a module runs its code; an entry "
                     f"may name built-in and installed {kind}s only ({', '.join(registry.names())}); "

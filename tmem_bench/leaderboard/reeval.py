@@ -27,7 +27,7 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     from ..diagnostics.causality import causality_probe
     from ..harness.plan import cell_from_dict
     from ..harness.results import load_weights
-    from ..harness.train import build_model, evaluate
+    from ..harness.train import evaluate
     from ..registry import get_task
 
     where = f"cells/{weights.name}"
@@ -42,8 +42,8 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
                       "re-evaluated")
         return None
     cell = cell_from_dict(result["cell"])
-    model = build_model(cell)
     try:
+        model = build_within(cell, weights)
         load_weights(weights, model)
     except ValueError as e:
         reject("weights", str(e))
@@ -78,3 +78,28 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
             reject(f"cells/{result['cell_id']}.json: causality", f"the probe on the trained weights in {mode} mode "
                                                                  f"finds the model {probe['verdict']!r}")
     return recomputed
+
+
+def build_within(cell, weights: Path):
+    """The cell's model, built only when its options name a model whose parameters fit in its weights
+    file: the model is first built on the meta device (no memory), so that a cell naming d_model
+    2^20 is refused in a line rather than allocating terabytes. ValueError says why not."""
+    import torch
+
+    from ..harness.train import build_model
+    from .guard import size_problem
+
+    problem = size_problem(cell.model_options)
+    if problem:
+        raise ValueError(f"the cell's {problem}")
+    try:
+        with torch.device("meta"):
+            shape = build_model(cell)
+    except TypeError as e:  # an option the factory does not take, or one it needs missing
+        raise ValueError(f"the cell's model options do not build its model: {e}") from None
+    needed = sum(t.numel() * t.element_size() for t in shape.state_dict().values())
+    size = weights.stat().st_size
+    if needed > size:
+        raise ValueError(f"the cell's options make a model of {needed:,} bytes of parameters, more than its "
+                         f"{size:,}-byte weights file holds: not built")
+    return build_model(cell)

@@ -13,7 +13,6 @@ outside the entry's own folder, nor more of a file than an entry's file can need
 from __future__ import annotations
 
 import json
-import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,11 +26,11 @@ from ..levels import level_key
 from ..registry import get_task, module_names
 from .cache import Recheck, ValidationCache, cell_count
 from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
+from .guard import MAX_JSON_BYTES, entry_dirs, not_readable  # noqa: F401 - validate's names before guard.py
 from .names import refused_names
 from .reeval import reevaluate
 
 TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs JSON float round trips
-MAX_JSON_BYTES = 16 * 2**20  # entry.json and each cell file; the suite's own are well under a megabyte
 
 
 @dataclass
@@ -39,39 +38,6 @@ class Validation:
     accepted: list[tuple[Path, dict]] = field(default_factory=list)
     rejections: list[str] = field(default_factory=list)
     rechecked: dict[str, dict] = field(default_factory=dict)  # slug -> what was recomputed (cache.Recheck)
-
-
-def entry_dirs(path: Path) -> list[Path]:
-    """An entry folder itself, or every entry under `path/entries` or `path` (links too: validation
-    rejects them by name)."""
-    if (path / "entry.json").is_file() or (path / "entry.json").is_symlink():
-        return [path]
-    root = path / "entries" if (path / "entries").is_dir() else path
-    if not root.is_dir():
-        raise UsageError(f"{path} is neither an entry, nor an entries folder, nor a leaderboard folder")
-    if root != path and root.is_symlink():
-        raise UsageError(f"{root} is a symbolic link; a board's entries are a folder of the board, "
-                         "and nothing outside the board is read")
-    return sorted(p for p in root.iterdir() if (p.is_dir() or p.is_symlink()) and not p.name.startswith("."))
-
-
-def not_readable(path: Path, entry_dir: Path, limit: int = MAX_JSON_BYTES) -> str | None:
-    """Why a file of an entry is not read, or None: it must be a regular file of the entry's own
-    folder, reached through no link (so no message shows what another file holds), and not larger
-    than `limit` (so that a huge or sparse file is refused before it is read)."""
-    if path.is_symlink():
-        return "is a symbolic link; an entry's files are its own, and nothing outside the board is read"
-    if not path.resolve().is_relative_to(entry_dir.resolve()):
-        return "lies outside the entry's folder; nothing outside the board is read"
-    try:
-        info = path.stat()
-    except OSError as e:
-        return f"unreadable ({e.strerror})"
-    if not stat.S_ISREG(info.st_mode):
-        return "is not a regular file"
-    if info.st_size > limit:
-        return f"is {info.st_size:,} bytes; an entry's file is read up to {limit:,} bytes"
-    return None
 
 
 def known_suite_version(version: str) -> bool:

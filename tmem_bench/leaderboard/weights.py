@@ -14,6 +14,7 @@ import json
 import os
 import struct
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,7 +27,12 @@ MAX_WEIGHTS_BYTES = 1 << 30  # far above any cell's model; bounds what a hostile
 CHUNK = 1 << 20
 SCHEMES = ("https://", "file://", "hf://")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")  # plain http:// only to this machine (a local mirror, the tests)
-TIMEOUT_S = 60
+TIMEOUT_S = 60  # one read's limit; the whole download's is its deadline below
+# A download's overall deadline: DEADLINE_BASE_S plus the recorded size at MIN_RATE bytes a second
+# (a 6 MB cell: 2 minutes; the 1 GiB bound: 3 hours), so that a server trickling a byte a second
+# cannot keep `fetch` running for ever.
+DEADLINE_BASE_S = 60
+MIN_RATE = 100_000
 
 
 class Unreachable(Exception):
@@ -179,9 +185,15 @@ def malformed(expected) -> str | None:
     return None
 
 
-def fetch(entry: dict) -> tuple[int, int, list[str]]:
+def deadline_s(size: int) -> float:
+    """How long downloading a file of `size` bytes may take in all."""
+    return DEADLINE_BASE_S + size / MIN_RATE
+
+
+def fetch(entry: dict, allow_file_urls: bool = False) -> tuple[int, int, list[str]]:
     """Download every referenced weights file of an entry that the cache lacks: (fetched, already
-    cached, one line per failure)."""
+    cached, one line per failure). A file:// URL reads a file of this machine, so an entry's is
+    refused, unread, unless `allow_file_urls` (for entries of one's own)."""
     fetched = cached = 0
     failures = []
     for cell_id, expected in sorted((entry.get("weights") or {}).items()):
@@ -198,6 +210,10 @@ def fetch(entry: dict) -> tuple[int, int, list[str]]:
             continue
         except (OSError, ValueError):
             pass
+        if expected["url"].startswith("file:") and not allow_file_urls:
+            failures.append(f"cells/{cell_id}.safetensors: its URL is a file:// URL, which reads a file of this "
+                            f"machine: not read (--allow-file-urls reads those of entries of your own)")
+            continue
         try:
             download(expected["url"], target, expected)
             fetched += 1
@@ -215,29 +231,62 @@ def download(url: str, target: Path, expected: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
         digest, size = hashlib.sha256(), 0
+        allowed = deadline_s(limit)
+        ends = time.monotonic() + allowed
         with os.fdopen(fd, "wb") as out, _open(url) as stream:
-            while chunk := stream.read(CHUNK):
+            # read1: whatever has arrived, so that the deadline is checked however slowly bytes come.
+            while chunk := stream.read1(CHUNK):
                 size += len(chunk)
                 if size > limit:
                     raise FetchError(f"{url} gives more than the recorded {expected['size']:,} bytes")
+                if time.monotonic() > ends:
+                    raise FetchError(f"{url} took longer than {allowed:.0f} s, the limit for {expected['size']:,} "
+                                     f"bytes ({DEADLINE_BASE_S} s and {MIN_RATE // 1000} kB/s); not kept")
                 digest.update(chunk)
                 out.write(chunk)
         if (digest.hexdigest(), size) != (expected["sha256"], expected["size"]):
             raise FetchError(f"{url} gives sha256 {digest.hexdigest()[:12]}... ({size:,} bytes); the entry records "
                              f"{expected['sha256'][:12]}... ({expected['size']:,} bytes): not kept")
         os.replace(tmp, target)
+    except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400:  # urllib's own message for this is three lines
+            raise FetchError(f"{url}: redirects in a loop or more than {_Redirects.max_redirections} times "
+                             f"(HTTP {e.code})") from None
+        raise FetchError(f"{url}: {_one_line(e)}") from None
     except OSError as e:  # urllib's errors are OSErrors too; a refused connection says so in its reason
-        reason = e.reason if isinstance(e, urllib.error.URLError) and not isinstance(e, urllib.error.HTTPError) else e
-        raise FetchError(f"{url}: {reason}") from None
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        raise FetchError(f"{url}: {_one_line(reason)}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
+def _one_line(error) -> str:
+    return " ".join(str(error).split())
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Every hop of a redirect under the first URL's rules: a weights address (check_url), and
+    https:// stays https://, so that a redirect cannot lead to plain http:// on another host or on
+    this machine."""
+
+    def __init__(self, first: str):
+        self.first = first
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        try:
+            check_url(newurl, "redirected to")
+        except UsageError as e:
+            raise FetchError(f"{self.first}: {e}; not followed") from None
+        if urlsplit(self.first).scheme == "https" and urlsplit(newurl).scheme != "https":
+            raise FetchError(f"{self.first}: redirected to {newurl!r}, not https://; not followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _open(url: str):
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
-        return urllib.request.urlopen(url, timeout=TIMEOUT_S)
+        return urllib.request.build_opener(_Redirects(url)).open(url, timeout=TIMEOUT_S)
     if parts.scheme == "file":
         path = Path(unquote(parts.path))
         if not path.is_file():
