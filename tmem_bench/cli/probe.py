@@ -31,6 +31,24 @@ def _list(flag: str, text: str | None, cast=str):
         raise UsageError(f"{flag} {text!r} is malformed; expected integers such as 0,1,2") from None
 
 
+def _check_run(run_dir: str, seeds: list[int] | None) -> None:
+    """What would make the probe fail with a traceback or probe nothing, said in one line first: a
+    state_probe.json that is not a file, and a --seeds list naming no seed of the run."""
+    from ..harness.rundir import RunDir
+
+    run = RunDir.existing(run_dir)
+    out = run.state_probe_path
+    if out.exists() and not out.is_file():
+        raise UsageError(f"{out} is not a file; the probe writes its results there, so move it away first")
+    if seeds is not None:
+        results, _ = run.load_cells()
+        known = sorted({r["cell"]["seed"] for r in results})
+        missing = sorted(set(seeds) - set(known))
+        if missing:
+            raise UsageError(f"--seeds: no cells of seed {', '.join(map(str, missing))} in {run_dir}; its seeds: "
+                             f"{', '.join(map(str, known)) or 'none'}")
+
+
 def cmd_probe(args) -> int:
     from dataclasses import replace
 
@@ -40,9 +58,13 @@ def cmd_probe(args) -> int:
     config = ReadoutConfig()
     if args.steps is not None:
         config = replace(config, steps=check_int("--steps", args.steps))
-    doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),
-                    seeds=_list("--seeds", args.seeds, int), config=config,
-                    say=lambda line: print(line, file=sys.stderr))
+    seeds = _list("--seeds", args.seeds, int)
+    _check_run(args.run_dir, seeds)
+    try:
+        doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),
+                        seeds=seeds, config=config, say=lambda line: print(line, file=sys.stderr))
+    except ValueError as e:  # a weights file that is truncated or does not fit its model: load_weights names it
+        raise UsageError(f"{args.run_dir}: {e}; that cell cannot be probed (remove or replace its weights)") from None
     print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}")
     for label, level, n, own, probe in summary(doc):
         own = "-" if own is None else f"{own:.3f}"
