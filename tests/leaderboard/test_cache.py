@@ -148,3 +148,26 @@ def test_validate_prints_what_it_recomputed_and_build_previews_from_the_records(
     assert evaluated == [] and "0 validated now, 2 unchanged since validated here" in capsys.readouterr().out
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--full"]) == 0
     assert len(evaluated) == 6 and "2 validated now, 0 unchanged" in capsys.readouterr().out
+
+
+def test_a_bad_records_file_or_record_is_treated_as_absent_and_said_so(board, tmp_path, capsys, evaluated):
+    records = tmp_path / "cache" / CACHE_FILE
+    records.mkdir(parents=True)  # a folder where the records file goes
+    assert main(["leaderboard", "validate", str(board)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("is not a file; every entry is validated again") == 1, err
+    assert records.is_dir() and len(evaluated) == 6
+    records.rmdir()
+
+    assert main(["leaderboard", "validate", str(board)]) == 0  # writes the two entries' records
+    doc = json.loads(records.read_text())
+    key = next(iter(doc["records"]))
+    doc["records"][key]["accuracy"] = "0.0"  # a record with a string accuracy
+    records.write_text(json.dumps(doc))
+    capsys.readouterr()
+    evaluated.clear()
+    assert main(["leaderboard", "validate", str(board)]) == 0
+    out, err = capsys.readouterr()
+    assert "1 of the 2 records in" in err and "are malformed and treated as absent" in err, err
+    assert "Traceback" not in err and len(evaluated) == 3  # the entry of the bad record only
+    assert out.count("unchanged since validated here") == 1, out  # the other entry's record still holds

@@ -134,20 +134,43 @@ class ValidationCache:
     """This machine's records; with `full`, none is read (they are still written). `options`: the
     validation's own settings that change a verdict (a record holds for the same ones only)."""
 
-    def __init__(self, schema: Path, full: bool = False, options: dict | None = None):
+    def __init__(self, schema: Path, full: bool = False, options: dict | None = None, say=None):
         self.path = cache_root() / CACHE_FILE
         self.full = full
+        self._say = say or (lambda line: print(line, file=sys.stderr))
         self._env = {**environment(Path(schema)), "options": options or {}}
         self._keys: dict[Path, tuple[str | None, dict | None]] = {}
         self._new: dict[str, dict] = {}
-        self._records = self._load()
+        self._told: set[str] = set()
+        self._records = self._load(tell=True)
 
-    def _load(self) -> dict:
-        try:
-            records = json.loads(self.path.read_text()).get("records")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+    def _tell(self, line: str) -> None:
+        if line not in self._told:
+            self._told.add(line)
+            self._say(f"validation records: {line}")
+
+    def _load(self, tell: bool = False) -> dict:
+        """The records on disk that have the shape validation writes; any other is treated as absent
+        (its entry is validated again), and, with `tell`, said so in one line."""
+        if not self.path.exists() and not self.path.is_symlink():
             return {}
-        return records if isinstance(records, dict) else {}
+        problem, records = None, {}
+        if not self.path.is_file():
+            problem = f"{self.path} is not a file; every entry is validated again, and no record is written"
+        else:
+            try:
+                records = json.loads(self.path.read_text()).get("records")
+            except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+                problem = f"{self.path} is unreadable ({type(e).__name__}); every entry is validated again"
+            if not isinstance(records, dict):
+                records, problem = {}, problem or f"{self.path} holds no records; every entry is validated again"
+        good = {key: summary for key, summary in records.items() if _well_formed(summary)}
+        if len(good) < len(records):
+            problem = (f"{len(records) - len(good)} of the {len(records)} records in {self.path} are malformed and "
+                       f"treated as absent (their entries are validated again)")
+        if problem and tell:
+            self._tell(problem)
+        return good
 
     def _key(self, entry_dir: Path) -> tuple[str | None, dict | None]:
         """(the key of the entry's content or None, the entry as read while hashing it)."""
@@ -182,10 +205,24 @@ class ValidationCache:
         since), the oldest dropped past MAX_RECORDS; written atomically."""
         if not self._new:
             return
+        if self.path.exists() and not self.path.is_file():
+            self._tell(f"{self.path} is not a file; the verdicts of this validation are not recorded")
+            return
         records = {k: v for k, v in {**self._load(), **self._new}.items() if isinstance(v, dict)}
         kept = sorted(records.items(), key=lambda item: str(item[1].get("validated")), reverse=True)[:MAX_RECORDS]
         write_json(self.path, {"about": "tmem-bench leaderboard validate: entries valid on this machine "
                                         "(tmem_bench/leaderboard/cache.py)", "records": dict(kept)})
+
+
+# A record as Recheck writes it: the fields describe() reads, with their types.
+RECORD_FIELDS = {"cells": int, "accuracies": int, "losses": int, "accuracy": (int, float), "loss": (int, float),
+                 "seconds": (int, float), "validated": str}
+
+
+def _well_formed(summary) -> bool:
+    return (isinstance(summary, dict) and summary.get("complete") is True
+            and all(isinstance(summary.get(name), kind) and not isinstance(summary.get(name), bool)
+                    for name, kind in RECORD_FIELDS.items()))
 
 
 class Recheck:
