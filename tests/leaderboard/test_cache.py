@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -121,16 +122,22 @@ def test_the_records_are_this_machines_and_validating_writes_nothing_into_the_bo
     assert len(validate(copy).accepted) == 2 and evaluated == []
 
 
-def test_long_validation_shows_progress_on_a_terminal(board, capsys, monkeypatch):
-    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: stderr is a terminal
+def test_long_validation_shows_its_count_and_time_left_at_80_columns_and_a_line_per_entry_in_a_log(
+        board, capsys, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: stderr is a terminal, 80 columns wide
     monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    monkeypatch.setenv("COLUMNS", "80")
     validate(board, progress=True)
-    err = capsys.readouterr().err
-    assert "re-evaluating inc-" in err and "/6" in err, err
+    err = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capsys.readouterr().err).split())  # colours, wrapping
+    assert "re-evaluating 6 cells of 2 entries from their weights: once on this machine" in err, err
+    assert re.search(r"6/6 cells, [0-9:]+ left", err) and "inc-" in err, err  # the entry is what may be cut
     monkeypatch.delenv("TTY_COMPATIBLE")
     monkeypatch.delenv("TTY_INTERACTIVE")
     validate(board, full=True, progress=True)
-    assert capsys.readouterr().err == ""  # no bar in a log: validate prints a line per entry instead
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "re-evaluating 6 cells of 2 entries from their weights (--full: whatever was recorded)"
+    assert [re.sub(r"[0-9:]+ left|in [0-9]+ s", "T", line) for line in lines[1:]] == [
+        "3/6 cells, T: inc-base re-evaluated (3 cells T)", "6/6 cells, T: inc-lstm re-evaluated (3 cells T)"]
 
 
 def test_validate_prints_what_it_recomputed_and_build_previews_from_the_records(board, made, capsys, evaluated):
@@ -139,7 +146,7 @@ def test_validate_prints_what_it_recomputed_and_build_previews_from_the_records(
     line = next(x for x in out.splitlines() if x.startswith("inc-base: "))
     assert "3 cells re-evaluated from their weights (6 accuracies, 3 losses)" in line
     assert "largest difference from the stored numbers: accuracy 0, loss 0" in line  # the same CPU: exact
-    assert err == ""
+    assert err.count(" re-evaluated (3 cells in ") == 2 and "Traceback" not in err  # as each entry finished
     assert main(["leaderboard", "validate", str(board)]) == 0
     assert "inc-base: unchanged since validated here at " in capsys.readouterr().out
     evaluated.clear()
@@ -171,3 +178,22 @@ def test_a_bad_records_file_or_record_is_treated_as_absent_and_said_so(board, tm
     assert "1 of the 2 records in" in err and "are malformed and treated as absent" in err, err
     assert "Traceback" not in err and len(evaluated) == 3  # the entry of the bad record only
     assert out.count("unchanged since validated here") == 1, out  # the other entry's record still holds
+
+
+def test_an_interrupted_validation_keeps_each_finished_entry_and_resumes_after_it(board, monkeypatch, evaluated):
+    checks = sys.modules["tmem_bench.leaderboard.validate"]
+    counting = checks.reevaluate
+
+    def interrupted(result, weights, reject):
+        if len(evaluated) == 4:  # the second entry's second cell: Ctrl-C
+            raise KeyboardInterrupt
+        return counting(result, weights, reject)
+
+    monkeypatch.setattr(checks, "reevaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        validate(board)
+    evaluated.clear()
+    monkeypatch.setattr(checks, "reevaluate", counting)
+    again = validate(board)
+    assert len(again.accepted) == 2 and len(evaluated) == 3  # the first entry's record was kept
+    assert [slug for slug, summary in again.rechecked.items() if summary["cached"]] == ["inc-base"]

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..files import write_json
+from .progress import CellProgress
 from .weights import MAX_WEIGHTS_BYTES, Unreachable, cache_root, locate, metadata_mismatch, record_problems
 
 CACHE_FILE = "validation.json"
@@ -196,9 +197,12 @@ class ValidationCache:
         return (entry, summary) if isinstance(summary, dict) and isinstance(entry, dict) else None
 
     def put(self, entry_dir: Path, summary: dict) -> None:
+        """Record a valid entry, on disk at once: a validation interrupted later keeps it, and the
+        next one resumes after it."""
         key, _ = self._key(entry_dir)
         if key is not None and summary.get("complete"):
             self._new[key] = summary
+            self.save()
 
     def save(self) -> None:
         """Add this validation's records to those on disk now (another validation may have written
@@ -227,31 +231,19 @@ def _well_formed(summary) -> bool:
 
 class Recheck:
     """Each cell of an entry re-evaluated from its weights, and what that recomputed; with `show`,
-    a progress bar on stderr when it is a terminal (a log gets the per-entry lines validate prints)."""
+    its progress on stderr (progress.py): `note` first, then a bar on a terminal, a line per entry
+    off one."""
 
-    def __init__(self, cells: int, show: bool = False):
+    def __init__(self, cells: int, show: bool = False, note: str | None = None, console=None):
         self.summaries: dict[str, dict] = {}
-        self._progress = None
-        if show and cells:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
-
-            console = Console(stderr=True)
-            if console.is_terminal:
-                self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                                          transient=True)
-                self._bar = self._progress.add_task("re-evaluating cells", total=cells)
+        self.progress = CellProgress(cells, show, note, console)
 
     def __enter__(self) -> Recheck:
-        if self._progress is not None:
-            self._progress.start()
+        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+        self.progress.__exit__(*exc)
 
     def run(self, entry_dir: Path, entry: dict, results: dict[str, dict], reject, reevaluate) -> None:
         """`reevaluate(result, weights, reject)` for each cell whose weights are here; the cells whose
@@ -261,8 +253,7 @@ class Recheck:
         for problem in record_problems(entry):
             reject("weights", problem)
         for cell_id, result in sorted(results.items()):
-            if self._progress is not None:
-                self._progress.update(self._bar, description=f"re-evaluating {entry_dir.name} {cell_id}")
+            self.progress.cell(entry_dir.name, cell_id)
             weights = mismatch = None
             try:
                 weights = locate(entry_dir, entry, cell_id)
@@ -278,14 +269,14 @@ class Recheck:
                 reject(f"cells/{cell_id}.safetensors", mismatch)
             elif weights is not None:
                 _measure(summary, result, reevaluate(result, weights, reject))
-            if self._progress is not None:
-                self._progress.advance(self._bar)
+            self.progress.advance()
         if missing:
             reject("not re-evaluated", f"{len(missing)} of its {len(results)} weights files are not here, e.g. "
                                        f"{missing[0]}; run `tmem-bench leaderboard fetch`")
         summary["seconds"] = round(time.perf_counter() - start, 1)
         summary["validated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.summaries[entry_dir.name] = summary
+        self.progress.entry_done(entry_dir.name, len(results), summary["seconds"])
 
 
 def _measure(summary: dict, result: dict, recomputed: dict | None) -> None:

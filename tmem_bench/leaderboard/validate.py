@@ -313,7 +313,11 @@ def validate(path="leaderboard", allow_module_names: bool = False, full: bool = 
     dirs = entry_dirs(path)
     hits = {entry_dir: cache.get(entry_dir) for entry_dir in dirs}
     stale = [entry_dir for entry_dir in dirs if hits[entry_dir] is None]
-    with module_names(allow_module_names), Recheck(cell_count(stale), progress) as recheck:
+    note = (f"re-evaluating {cell_count(stale)} cells of {len(stale)} entr{'y' if len(stale) == 1 else 'ies'} from "
+            f"their weights" + (" (--full: whatever was recorded)" if full else
+                                f": once on this machine, each entry's verdict recorded in {cache.path} as it "
+                                f"finishes, so that an interrupted validation resumes where it stopped"))
+    with module_names(allow_module_names), Recheck(cell_count(stale), progress, note) as recheck:
         for entry_dir in dirs:
             if hits[entry_dir] is not None:
                 entry, out.rechecked[entry_dir.name] = hits[entry_dir][0], {**hits[entry_dir][1], "cached": True}
