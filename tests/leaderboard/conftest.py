@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers import empty_board
 from tests.leaderboard.helpers import tiny_run
+import tmem_bench.leaderboard.validate  # noqa: F401 - loaded lazily by the package; tests patch it through sys.modules
 from tmem_bench.cli import main
 
 

@@ -239,22 +239,51 @@ def test_every_profiles_memory_forcing_tables_lead_the_board(tmp_path):
     ]
 
 
-def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_path, capsys):
+def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_path, capsys, monkeypatch):
+    """Only the run's own cells are re-evaluated; the published entries are drawn as committed, and
+    both pages say they are a preview, with the run's rows highlighted."""
     from tmem_bench.cli import main
+    from tmem_bench.leaderboard import reeval
 
     run_dir, board = tiny_run(tmp_path), empty_board(tmp_path)
     assert main(["leaderboard", "submit", str(run_dir), "--name", "Tiny", "--model", "base",
                  "--leaderboard", str(board)]) == 0
     before = sorted(p.relative_to(board) for p in board.rglob("*"))
+    evaluated, real = [], reeval.reevaluate
+    monkeypatch.setattr(reeval, "reevaluate", lambda result, *a: evaluated.append(result["cell_id"]) or real(result, *a))
+    capsys.readouterr()
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(run_dir),
                  "--out", str(tmp_path / "preview")]) == 0
+    out = capsys.readouterr().out
+    assert sorted(evaluated) == sorted(p.stem for p in (run_dir / "cells").glob("*.json"))  # the run's, once each
+    assert "beside 1 published entries, as committed, not re-evaluated (--full re-evaluates them)" in out
     assert sorted(p.relative_to(board) for p in board.rglob("*")) == before
     text = (tmp_path / "preview" / "README.md").read_text()
+    assert text.startswith("# Leaderboard preview\n\n> Preview, not the published board: the models of the run run ")
     assert "| Tiny |" in text or "[Tiny]" in text
-    assert "lstm (preview)" in text and "base (preview)" in text
-    assert (tmp_path / "preview" / "index.html").is_file()
+    assert "**lstm (preview)**" in text and "**base (preview)**" in text and "**Tiny**" not in text
+    page = (tmp_path / "preview" / "index.html").read_text()
+    assert "<title>tmem-bench leaderboard preview</title>" in page and '<p class="banner" role="note">Preview' in page
+    assert '"preview": true' in page and "tr.preview td" in page
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--out", str(tmp_path / "x")]) == 2
     assert "--out goes with --with" in capsys.readouterr().err
+
+
+def test_a_preview_model_with_too_few_seeds_says_where_it_would_rank_with_three(tmp_path):
+    options = {"n_queries": 4, "n_values": 32, "block_queries": False}
+    entries = []
+    for name, score, seeds in (("first", 0.9, 3), ("second", 0.5, 3), ("third", 0.3, 3), ("mine", 0.6, 1)):
+        entry = _entry("coordinate_binding", "standard", options)
+        entry.update(name=name, seeds=list(range(seeds)), ranked=seeds >= 3, preview=name == "mine")
+        entry["results"][0]["mean"] = entry["scores"][0]["score"] = score
+        entries.append((tmp_path / name, entry))
+    (group,) = board_data(entries)
+    rows = {r["name"]: r for r in group["rows"]}
+    assert [rows[n]["rank"] for n in ("first", "second", "third")] == [1, 2, 3]
+    assert rows["mine"]["rank"] is None and rows["mine"]["would_rank"] == 2
+    assert rows["first"]["would_rank"] is None  # published rows: only their own rank
+    line = next(x for x in markdown([group], "a preview").splitlines() if "**mine**" in x)
+    assert line.startswith("| unranked (1 seed); rank 2 with 3 seeds | **mine** |")
 
 
 def test_a_preview_of_an_unfinished_run_is_refused_before_the_board_is_validated(tmp_path, capsys, monkeypatch):

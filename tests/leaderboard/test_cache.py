@@ -152,7 +152,7 @@ def test_validate_prints_what_it_recomputed_and_build_previews_from_the_records(
     evaluated.clear()
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(made[1]),
                  "--out", str(board.parent / "preview")]) == 0
-    assert evaluated == [] and "0 validated now, 2 unchanged since validated here" in capsys.readouterr().out
+    assert evaluated == [] and "2 published entries, as committed, not re-evaluated" in capsys.readouterr().out
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--full"]) == 0
     assert len(evaluated) == 6 and "2 validated now, 0 unchanged" in capsys.readouterr().out
 

@@ -116,16 +116,7 @@ def cmd_leaderboard(args) -> int:
     if args.out is not None and args.with_run is None:
         raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
     if args.with_run is not None:
-        from ..leaderboard import preview, preview_entries, preview_folder
-
-        # Cheap, unlike the board's re-evaluation: a bad folder or run is refused first.
-        out = preview_folder(args.with_run, args.out, args.leaderboard)
-        rows = preview_entries(args.with_run)
-        validation = validate(args.leaderboard, args.allow_module_names, args.full, progress=True)
-        readme, page = preview(out, rows, validation.accepted)
-        print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(validation.accepted)} "
-              f"published entries, {_freshness(validation)}; {len(validation.rejections)} rejected entries left out)")
-        return 0
+        return _preview(args)
     from ..leaderboard import held
 
     with held(args.leaderboard):  # a submit's entries are all there or none while the board is drawn
@@ -137,3 +128,36 @@ def cmd_leaderboard(args) -> int:
         readme, page = build(args.leaderboard, validation.accepted)
     print(f"board: {readme}, {page} ({len(validation.accepted)} entries: {_freshness(validation)})")
     return 0
+
+
+def _preview(args) -> int:
+    """`build --with RUN_DIR`: the run's models re-evaluated and drawn beside the published entries,
+    which are shown as committed (re-evaluated too with --full); exit 1 when the run's own weights do
+    not give its numbers back (validate would reject its entries)."""
+    from ..leaderboard import validate
+    from ..leaderboard.preview import banner, committed, preview, preview_entries, preview_folder, reevaluate_run
+    from ..registry import module_names
+
+    # Cheap, unlike any re-evaluation: a bad folder or run is refused first.
+    out = preview_folder(args.with_run, args.out, args.leaderboard)
+    with module_names(args.allow_module_names):  # the run's module:attribute names, as an entry's
+        previews = preview_entries(args.with_run)
+    if args.full:
+        validation = validate(args.leaderboard, args.allow_module_names, True, progress=True)
+        published, left_out, how = validation.accepted, validation.rejections, f"{_freshness(validation)}"
+    else:
+        published, left_out = committed(args.leaderboard)
+        how = "as committed, not re-evaluated (--full re-evaluates them)"
+    with module_names(args.allow_module_names):
+        rejected = reevaluate_run(args.with_run, previews, progress=True)
+    readme, page = preview(out, [(slug, entry) for slug, entry, _ in previews], published,
+                           banner(args.with_run, len(published), args.full))
+    for line in left_out:
+        print(f"left out: {line}", file=sys.stderr)
+    for line in rejected:
+        print(f"the run's weights do not give its numbers back: {line}", file=sys.stderr)
+    print(f"preview: {readme}, {page} (the run's models marked 'preview' beside {len(published)} published "
+          f"entries, {how}; {len(left_out)} left out)")
+    if rejected:
+        print("validate would reject these entries once submitted", file=sys.stderr)
+    return 1 if rejected else 0

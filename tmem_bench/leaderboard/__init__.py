@@ -3,7 +3,7 @@
 Modules: entry (every field of an entry recomputed from cells), submit (entries
 from a run, written into the board all or nothing), validate (trust nothing
 claimed), board (README.md and the data of the page), page (the self-contained
-index.html), guard (what of an entry may be read), weights and fetch (weights by
+index.html), preview (a run beside the board), guard (what of an entry may be read), weights and fetch (weights by
 hash). The `leaderboard` subcommands are in tmem_bench/cli/leaderboard.py, so that
 the command line loads none of this until asked; the names below load their module
 on first use, so that `leaderboard fetch` (guard, weights) never imports torch.
@@ -12,8 +12,8 @@ import sys
 import types
 from importlib import import_module
 
-_WHERE = {"board_data": "board", "build": "board", "preview": "board", "preview_entries": "board",
-          "preview_folder": "board", "RANKED_MIN_SEEDS": "entry", "held": "folder", "make_entries": "submit",
+_WHERE = {"board_data": "board", "build": "board", "preview": "preview", "preview_entries": "preview",
+          "preview_folder": "preview", "RANKED_MIN_SEEDS": "entry", "held": "folder", "make_entries": "submit",
           "submit": "submit", "Validation": "validate", "validate": "validate"}
 __all__ = sorted(_WHERE)
 

@@ -97,7 +97,7 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                 "command": " ".join(entry["run"]["command"] or []),
                 "cpu": entry["run"]["cpu"], "devices": ", ".join(entry["devices"]),
                 "wall_time_s": entry["wall_time_s"], "commit": entry["suite"]["git"]["commit"],
-                "dirty": entry["suite"]["git"]["dirty"],
+                "dirty": entry["suite"]["git"]["dirty"], "preview": bool(entry.get("preview")),
             })
     # The diagnosis leads whatever the profiles: every profile's memory-forcing tables, then the
     # capacity curves, then the standard variants; within a part, the profile covering more families first.
@@ -142,7 +142,10 @@ def _rank(group: dict) -> None:
     shown = [float(_pct(r["score"])) for r in rows if r["ranked"]]
     rows.sort(key=lambda r: (not r["ranked"], -float(_pct(r["score"])), r["name"].casefold()))
     for row in rows:
-        row["rank"] = 1 + sum(s > float(_pct(row["score"])) for s in shown) if row["ranked"] else None
+        at = float(_pct(row["score"]))
+        row["rank"] = 1 + sum(s > at for s in shown) if row["ranked"] else None
+        # A preview's model with too few seeds: the rank the same score would take among the ranked rows.
+        row["would_rank"] = 1 + sum(s > at for s in shown) if row["preview"] and not row["ranked"] else None
 
 
 def _family(task: str) -> tuple:
@@ -198,8 +201,9 @@ def _per_level(group: dict, what: str) -> str:
     return ", ".join(f"{_pct(v)}% at {group['labels'][lv]}" for lv, v in zip(group["levels"], values))
 
 
-def markdown(groups: list[dict]) -> str:
-    lines = [PREAMBLE]
+def markdown(groups: list[dict], banner: str | None = None) -> str:
+    preamble = PREAMBLE if banner is None else PREAMBLE.replace("# Leaderboard\n", f"# Leaderboard preview\n\n> {banner}\n", 1)
+    lines = [preamble]
     if not groups:
         lines.append("No entries yet.\n")
     part = None
@@ -220,6 +224,10 @@ def markdown(groups: list[dict]) -> str:
             url = (row["url"] or "").replace("(", "%28").replace(")", "%29")
             name = f"[{_escape(row['name'])}]({url})" if url else _escape(row["name"])
             rank = str(row["rank"]) if row["ranked"] else f"unranked ({row['seeds']} seed{'s' * (row['seeds'] != 1)})"
+            if row.get("would_rank") is not None:
+                rank += f"; rank {row['would_rank']} with {RANKED_MIN_SEEDS} seeds"
+            if row["preview"]:
+                name = f"**{name}**"  # the run's own rows stand out among the published ones
             cells = [rank, name, row["model"], f"{row['params']:,}", row["state"], str(row["seeds"]),
                      _pct(row["score"]), *[_pct(row["mean"]) for _ in means]] + [
                 _cell(row["cells"].get(lv)) for lv in group["levels"]]
@@ -236,44 +244,15 @@ def markdown(groups: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def preview_entries(run_dir) -> list[tuple[Path, dict]]:
-    """A run's models as entries (made from its cells as submit would make them, marked 'preview'),
-    or a one-line error when the run is not one that could be submitted."""
-    from .submit import make_entries
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UsageError(f"--with {str(run_dir)!r} is not a run directory")
-    return [(Path(f"preview-{slug}"), {**entry, "name": f"{entry['model']['label']} (preview)"})
-            for slug, entry, _ in make_entries(run_dir, "preview", weights=False)]
-
-
-def preview_folder(run_dir, out, leaderboard_dir) -> Path:
-    """Where a preview goes (`out`, default RUN_DIR/board-preview): never a leaderboard folder nor a
-    folder inside the board's, and never over a README.md that is not a board (`--out .` in a clone)."""
-    folder = Path(out) if out is not None else Path(run_dir) / "board-preview"
-    where, board = folder.resolve(), Path(leaderboard_dir).resolve()
-    if where.is_relative_to(board) or (folder / "entries").is_dir() or (folder / SCHEMA_FILE).is_file():
-        raise UsageError(f"--out {str(folder)!r} is {'in ' * (where != board)}the leaderboard folder; a preview "
-                         f"is written elsewhere (default RUN_DIR/board-preview), the board only by build")
-    readme = folder / "README.md"
-    if readme.is_file() and GENERATED not in readme.read_text(errors="replace"):
-        raise UsageError(f"--out {str(folder)!r} holds a README.md that is not a board; give an empty folder "
-                         f"or an earlier preview's")
-    return folder
-
-
-def preview(out: Path, rows: list[tuple[Path, dict]], accepted: list[tuple[Path, dict]]) -> tuple[Path, Path]:
-    """The board with a run's preview entries beside the published ones, written to `out` (from
-    preview_folder), where what a killed preview left is removed first."""
-    if out.is_dir():
-        tidy(out)
-    return build(out, accepted + rows)
-
-
 def build(leaderboard_dir, accepted: list[tuple[Path, dict]]) -> tuple[Path, Path]:
     """Write README.md and index.html from validated entries, neither or both; returns their paths."""
+    return build_pages(Path(leaderboard_dir), accepted)
+
+
+def build_pages(folder: Path, accepted: list[tuple[Path, dict]], banner: str | None = None) -> tuple[Path, Path]:
+    """The board's two pages in `folder`; with `banner` (a preview's), both are titled a preview and
+    open with it."""
     groups = board_data(accepted)
-    readme, page = write_pages(Path(leaderboard_dir), {"README.md": markdown(groups),
-                                                       "index.html": render_page(json.dumps(groups, sort_keys=True))})
+    readme, page = write_pages(Path(folder), {"README.md": markdown(groups, banner),
+                                              "index.html": render_page(json.dumps(groups, sort_keys=True), banner)})
     return readme, page

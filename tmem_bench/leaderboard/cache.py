@@ -245,15 +245,18 @@ class Recheck:
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
-    def run(self, entry_dir: Path, entry: dict, results: dict[str, dict], reject, reevaluate) -> None:
+    def run(self, entry_dir: Path, entry: dict, results: dict[str, dict], reject, reevaluate,
+            name: str | None = None) -> None:
         """`reevaluate(result, weights, reject)` for each cell whose weights are here; the cells whose
-        referenced weights are not fetched make the entry "not re-evaluated", a rejection."""
+        referenced weights are not fetched make the entry "not re-evaluated", a rejection. `name`:
+        what the progress calls the entry (default its folder's name)."""
+        name = name or entry_dir.name
         start, missing = time.perf_counter(), []
         summary = {"cells": 0, "accuracies": 0, "losses": 0, "accuracy": 0.0, "loss": 0.0, "complete": True}
         for problem in record_problems(entry):
             reject("weights", problem)
         for cell_id, result in sorted(results.items()):
-            self.progress.cell(entry_dir.name, cell_id)
+            self.progress.cell(name, cell_id)
             weights = mismatch = None
             try:
                 weights = locate(entry_dir, entry, cell_id)
@@ -275,8 +278,8 @@ class Recheck:
                                        f"{missing[0]}; run `tmem-bench leaderboard fetch`")
         summary["seconds"] = round(time.perf_counter() - start, 1)
         summary["validated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.summaries[entry_dir.name] = summary
-        self.progress.entry_done(entry_dir.name, len(results), summary["seconds"])
+        self.summaries[name] = summary
+        self.progress.entry_done(name, len(results), summary["seconds"])
 
 
 def _measure(summary: dict, result: dict, recomputed: dict | None) -> None:

@@ -2,6 +2,7 @@
 JavaScript draws the tables, filters and figures, so the page needs no network and opens from disk."""
 from __future__ import annotations
 
+import html
 import json
 
 from ..report.colors import label_colors, place
@@ -22,6 +23,8 @@ th[aria-sort=ascending] button::after { content: " \\25B2"; }
 th[aria-sort=descending] button::after { content: " \\25BC"; }
 td.text, th.text { text-align: left; }
 tr.unranked td { color: #777; }
+.banner { background: #fff3cd; border: 1px solid #e0c36a; padding: 0.5em 0.8em; }
+tr.preview td { background: #fff3cd; color: #222; font-weight: bold; }
 .note { color: #555; font-size: 0.9em; }
 figure { margin: 0; }
 svg.figure { display: block; width: 100%; max-width: 640px; height: auto; }
@@ -53,7 +56,8 @@ function svg(tag, attrs, text) {
 function columns(group) {
   const cols = [
     {key: 'rank', label: 'rank', value: r => r.ranked ? r.rank : Infinity,
-     show: r => r.ranked ? String(r.rank) : 'unranked (' + r.seeds + (r.seeds === 1 ? ' seed)' : ' seeds)')},
+     show: r => (r.ranked ? String(r.rank) : 'unranked (' + r.seeds + (r.seeds === 1 ? ' seed)' : ' seeds)'))
+                + (r.would_rank ? '; rank ' + r.would_rank + ' with 3 seeds' : '')},
     {key: 'name', label: 'entry', text: true, value: r => r.name.toLowerCase(), show: r => r.name, link: true},
     {key: 'model', label: 'model', text: true, value: r => r.model, show: r => r.model},
     {key: 'params', label: 'params', value: r => r.params, show: r => r.params.toLocaleString('en')},
@@ -86,7 +90,7 @@ function table(group) {
   t.appendChild(el('thead')).appendChild(head);
   const body = t.appendChild(el('tbody'));
   for (const row of group.rows) {
-    const tr = el('tr', {'data-slug': row.slug, class: row.ranked ? 'ranked' : 'unranked'});
+    const tr = el('tr', {'data-slug': row.slug, class: (row.ranked ? 'ranked' : 'unranked') + (row.preview ? ' preview' : '')});
     tr.title = row.command + ' | ' + row.cpu + ' | ' + row.devices + (row.description ? ' | ' + row.description : '');
     for (const c of cols) {
       const td = el('td', {class: c.text ? 'text' : ''});
@@ -169,7 +173,9 @@ function figure(group) {
     const g = s.appendChild(svg('g', {'data-slug': row.slug}));
     const at = single ? group.rows.map((r, j) => j === k ? row.cells[group.levels[0]] : null)
                       : group.levels.map(l => row.cells[l]);
-    if (!single) line(at.map(c => c ? c.mean : null), {stroke: row.color, 'stroke-width': 2}, g);
+    // A preview's line is dashed, so that the published line it may lie on shows through its gaps.
+    const dash = row.preview ? {'stroke-dasharray': '6 4'} : {};
+    if (!single) line(at.map(c => c ? c.mean : null), Object.assign({stroke: row.color, 'stroke-width': 2}, dash), g);
     // The level an entry was trained at, where it was trained at one and evaluated at others.
     const one = !single && row.trained_at && row.trained_at.length === 1;
     const trained = one ? group.levels.indexOf(row.trained_at[0]) : -1;
@@ -252,11 +258,12 @@ TEMPLATE = """<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>tmem-bench leaderboard</title>
+<title>{title}</title>
 <style>{style}</style>
 </head>
 <body>
-<h1>tmem-bench leaderboard</h1>
+<h1>{title}</h1>
+{banner}
 <p class="note">Every number is rebuilt from the entries' cell files by <code>tmem-bench leaderboard validate</code>.
 Accuracy is raw, on each level's fixed evaluation set; a level shows the mean over seeds and its 95% bootstrap
 interval. A table is ranked by the trained-level score, the accuracy at the level its models were trained at; the
@@ -290,7 +297,11 @@ def with_colors(groups: list[dict]) -> list[dict]:
     return groups
 
 
-def render_page(data_json: str) -> str:
+def render_page(data_json: str, banner: str | None = None) -> str:
+    """The page; with `banner` (a preview's), titled a preview and opening with the banner."""
     data_json = json.dumps(with_colors(json.loads(data_json)), sort_keys=True)
+    title = "tmem-bench leaderboard" if banner is None else "tmem-bench leaderboard preview"
+    shown = "" if banner is None else f'<p class="banner" role="note">{html.escape(banner)}</p>'
     # "<" escaped inside the JSON so that no entry text can close the script tag.
-    return TEMPLATE.format(style=STYLE, data=data_json.replace("<", "\\u003c"), script=SCRIPT)
+    return TEMPLATE.format(style=STYLE, data=data_json.replace("<", "\\u003c"), script=SCRIPT, title=title,
+                           banner=shown)
