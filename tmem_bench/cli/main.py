@@ -6,6 +6,7 @@ import sys
 import traceback
 
 from ..errors import UsageError, storage_error
+from ..version import __version__
 from .args import positive
 from .catalogue import cmd_check, cmd_list
 from .leaderboard import add_leaderboard_parser, cmd_leaderboard
@@ -25,6 +26,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tmem-bench", description="Diagnostic toy tasks for memory in sequence models.")
     parser.add_argument("--debug", action="store_true", help="on an error, also print the full traceback")
+    parser.add_argument("--version", action="version", version=f"tmem-bench {__version__}")
     # Also accepted after the subcommand; SUPPRESS keeps a subcommand from resetting it to False.
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
