@@ -8,7 +8,7 @@ measured rounds after warm-up, and the ratio is that median over base's.
 
     python benchmarks/bench_baselines.py [OUT.json] [--rounds N] [--warmup N] [--models a,b/key=value,...] [--threads N]
 
-Settings are PAPER.md's: coordinate binding W=20 (batch 128, d 64, 2 layers,
+Settings are the paper's reference implementation's (arXiv 2605.27686): coordinate binding W=20 (batch 128, d 64, 2 layers,
 4 heads) and, when the task is registered, occlusion L=4 (batch 64, d 96,
 3 layers, 4 heads).
 """

@@ -68,7 +68,7 @@ def test_probe_calls_a_causal_toy_causal():
 
 
 def test_probe_flags_the_reference_state_threading():
-    # The reference hands layer l's end-of-sequence memory to layer l+1 (PAPER.md).
+    # The reference hands layer l's end-of-sequence memory to layer l+1 (the paper, arXiv 2605.27686).
     if "tensor" not in NAMES:
         pytest.skip("tensor is not registered")
     try:

@@ -250,7 +250,8 @@ def test_a_preview_draws_a_run_beside_the_board_and_leaves_the_board_alone(tmp_p
                  "--leaderboard", str(board)]) == 0
     before = sorted(p.relative_to(board) for p in board.rglob("*"))
     evaluated, real = [], reeval.reevaluate
-    monkeypatch.setattr(reeval, "reevaluate", lambda result, *a: evaluated.append(result["cell_id"]) or real(result, *a))
+    monkeypatch.setattr(reeval, "reevaluate",
+                        lambda result, *a: evaluated.append(result["cell_id"]) or real(result, *a))
     capsys.readouterr()
     assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(run_dir),
                  "--out", str(tmp_path / "preview")]) == 0

@@ -202,7 +202,8 @@ def _per_level(group: dict, what: str) -> str:
 
 
 def markdown(groups: list[dict], banner: str | None = None) -> str:
-    preamble = PREAMBLE if banner is None else PREAMBLE.replace("# Leaderboard\n", f"# Leaderboard preview\n\n> {banner}\n", 1)
+    preamble = PREAMBLE if banner is None else PREAMBLE.replace("# Leaderboard\n",
+                                                                f"# Leaderboard preview\n\n> {banner}\n", 1)
     lines = [preamble]
     if not groups:
         lines.append("No entries yet.\n")

@@ -90,7 +90,8 @@ function table(group) {
   t.appendChild(el('thead')).appendChild(head);
   const body = t.appendChild(el('tbody'));
   for (const row of group.rows) {
-    const tr = el('tr', {'data-slug': row.slug, class: (row.ranked ? 'ranked' : 'unranked') + (row.preview ? ' preview' : '')});
+    const tr = el('tr', {'data-slug': row.slug,
+                         class: (row.ranked ? 'ranked' : 'unranked') + (row.preview ? ' preview' : '')});
     tr.title = row.command + ' | ' + row.cpu + ' | ' + row.devices + (row.description ? ' | ' + row.description : '');
     for (const c of cols) {
       const td = el('td', {class: c.text ? 'text' : ''});

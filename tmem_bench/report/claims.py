@@ -17,7 +17,7 @@ TIMING_RULES = ("throughput",)
 class ClaimSpec:
     id: str
     name: str
-    statement: str  # the claim as PAPER.md states it
+    statement: str  # the claim as the paper (arXiv 2605.27686, docs/models.md) states it
     paper: str  # the paper's numbers
     rule: str  # the name of the generic rule that decides it (rules.RULES)
     explain: str  # the decision rule as printed, with {parameter} fields

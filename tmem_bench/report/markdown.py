@@ -123,9 +123,9 @@ def _claims(data: RunData, claims: list[Claim]) -> list[str]:
         return out
     if len(out) > 3:
         out.append("")
-    out += ["Each toy claim of PAPER.md this run can check, its numbers beside the paper's, and a verdict computed "
-            "by the rule given with it. Where the memory-forcing variant was run, its verdict is given beside the "
-            "paper's setting.", ""]
+    out += ["Each toy claim of the paper (Tensor Memory, arXiv 2605.27686; docs/models.md) this run can check, "
+            "its numbers beside the paper's, and a verdict computed by the rule given with it. Where the "
+            "memory-forcing variant was run, its verdict is given beside the paper's setting.", ""]
     out.append(md_table(["claim", "verdict", "why"], [[c.name, f"**{c.verdict}**", c.reason] for c in claims]))
     for c in claims:
         out += ["", f"### {c.name}: {c.verdict}", "", f"- Paper: {c.statement} ({c.paper})",

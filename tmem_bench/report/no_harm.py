@@ -1,4 +1,4 @@
-"""The one no-harm rule, as PAPER.md states the claim: every model reaches the ceiling (100%)
+"""The one no-harm rule, as the paper (arXiv 2605.27686) states the claim: every model reaches the ceiling (100%)
 and a learned gate stays near its initial value. The claim and the no-harm verdicts under the
 gate values both apply it."""
 from __future__ import annotations

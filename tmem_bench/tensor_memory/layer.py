@@ -1,6 +1,7 @@
 """Tensor Memory: a fixed-size recurrent 3D voxel memory attached to transformer blocks.
 
-Read top to bottom in the order of the paper (../shared/PAPER.md):
+Read top to bottom in the order of the paper,
+"Tensor Memory: Fixed-Size Recurrent State for Long-Horizon Transformers" (arXiv 2605.27686) (docs/models.md):
 
 1. state: hidden and cell volumes `h`, `c` of shape (B, C, D, H, W), zero at the
    start, never growing with sequence length;
