@@ -1,5 +1,5 @@
 """How many learning-rate choices two runs of one profile agree on, the runs' selections made at
-different seeds (one the study, the other `tmem-bench run ... --seeds 3,4 --selection-only`):
+different seeds (one the study, the other `tmem-bench run ... --seed-list 3,4 --selection-only`):
 once as each run's first seed alone chooses (a single trial per lr), once as the runs chose,
 with a second seed where their best two lrs were close. Searches are matched by task, variant,
 model and training level; those either run has not chosen are left out and counted.

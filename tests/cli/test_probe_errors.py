@@ -17,8 +17,8 @@ def run(tmp_path_factory):
 
 
 def test_a_seed_the_run_lacks_is_refused(run, capsys):
-    code, _, err = cli(["probe", run, "--seeds", "99", "--steps", "2"], capsys)
-    one_line_error(code, err, "--seeds: no cells of seed 99", "its seeds: 0")
+    code, _, err = cli(["probe", run, "--seed-list", "99", "--steps", "2"], capsys)
+    one_line_error(code, err, "--seed-list: no cells of seed 99", "its seeds: 0")
     assert not (run / "state_probe.json").exists()
 
 

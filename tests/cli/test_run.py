@@ -17,7 +17,7 @@ def test_tiny_end_to_end_run_writes_a_results_table(tmp_path):
     assert exe, "the tmem-bench command is not installed"
     out = tmp_path / "run"
     args = ["run", "coordinate_binding", "--models", "base", "--steps", "3", "--batch-size", "8",
-            "--level", "n_writes=4", "--seeds", "0,1", "--out", str(out)]
+            "--level", "n_writes=4", "--seed-list", "0,1", "--out", str(out)]
     proc = subprocess.run([exe] + args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(out / "results.csv")

@@ -51,7 +51,7 @@ def test_dry_run_rows_name_steps_and_seeds(tmp_path, capsys, monkeypatch):
     from tmem_bench.cli import main
 
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "coordinate_binding", "--models", "base", "--seeds", "0,3", "--steps", "7",
+    assert main(["run", "coordinate_binding", "--models", "base", "--seed-list", "0,3", "--steps", "7",
                  "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if line.strip().startswith("model"))

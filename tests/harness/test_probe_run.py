@@ -45,7 +45,7 @@ def test_a_run_is_probed_into_state_probe_json_and_resumed(tiny_run, capsys, mon
 @pytest.mark.parametrize("args, needle", [
     (["--steps", "0"], "--steps must be an integer >= 1"),
     (["--models", "nope"], "--models: no cells of nope"),
-    (["--seeds", "0,x"], "--seeds '0,x' is malformed"),
+    (["--seed-list", "0,x"], "--seed-list '0,x' is malformed"),
     (["--weights", "/nonexistent"], "is not a folder"),
 ])
 def test_bad_probe_arguments_are_one_line(tiny_run, capsys, args, needle):

@@ -47,10 +47,10 @@ def test_a_second_writer_is_refused_and_a_killed_ones_lock_is_taken_over(tmp_pat
 def test_another_plan_in_the_same_directory_is_refused_unless_appended(finished_run, tmp_path):
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
     profile = "tiny.toml"
-    other = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seeds", "5,6"], tmp_path)
+    other = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seed-list", "5,6"], tmp_path)
     assert other.returncode == 2 and "holds another plan" in other.stderr and "seeds" in other.stderr
     assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 1
-    appended = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seeds", "5,6",
+    appended = run_cli(["run", "coordinate_binding", "--profile", profile, "--out", "run", "--seed-list", "5,6",
                         "--append"], tmp_path)
     assert appended.returncode == 0, appended.stderr
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

@@ -40,21 +40,28 @@ def parse_train_at(text: str | None):
     return out
 
 
-def parse_seeds(text: str | None):
-    if text is None:
+def parse_seeds(count: str | None, seed_list: str | None = None):
+    """The seeds of `--seeds N` (always a count: seeds 0 to N-1) or of `--seed-list A,B,...` (always
+    the seeds themselves, one or more): one flag never means a count in one form and a list in another."""
+    if count is not None and seed_list is not None:
+        raise UsageError("--seeds (a count) and --seed-list (the seeds themselves) are one choice; give one")
+    if count is not None:
+        try:
+            n = int(count)
+        except ValueError:
+            hint = f"; for the seeds {count} themselves give --seed-list {count}" if "," in count else ""
+            raise UsageError(f"--seeds {count!r} is not a count (3 runs seeds 0, 1, 2){hint}") from None
+        if n <= 0:
+            raise UsageError(f"--seeds count must be positive, got {n}")
+        if n > MAX_SEEDS:
+            raise UsageError(f"--seeds count must be at most {MAX_SEEDS}, got {n}")
+        return list(range(n))
+    if seed_list is None:
         return None
-    parts = text.split(",")
     try:
-        values = [int(p) for p in parts]
+        return [int(p) for p in seed_list.split(",")]
     except ValueError:
-        raise UsageError(f"--seeds {text!r} is malformed; expected a count (3) or a list (0,1,2)") from None
-    if len(values) == 1:
-        if values[0] <= 0:
-            raise UsageError(f"--seeds count must be positive, got {values[0]}")
-        if values[0] > MAX_SEEDS:
-            raise UsageError(f"--seeds count must be at most {MAX_SEEDS}, got {values[0]}")
-        return list(range(values[0]))
-    return values
+        raise UsageError(f"--seed-list {seed_list!r} is malformed; expected seeds such as 0,5,7 (or one: 3)") from None
 
 
 def positive(text: str) -> int:

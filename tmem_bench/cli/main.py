@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--level", action="append", default=[], metavar="AXIS=V1,V2",
                      help="levels of a sweep axis (repeatable); a model is then trained at each of them")
     run.add_argument("--train-at", metavar="each|AXIS=V", help="train one model per level ('each') or at one level")
-    run.add_argument("--seeds", help="number of seeds (3) or a list of seeds (0,1,2)")
+    run.add_argument("--seeds", metavar="N", help="a count of seeds: N runs seeds 0 to N-1")
+    run.add_argument("--seed-list", metavar="S1,S2,...", help="the seeds themselves, e.g. 3,4 or 5 (instead of --seeds)")
     run.add_argument("--steps", type=positive, help="training steps per cell")
     run.add_argument("--batch-size", type=positive, help="training batch size")
     run.add_argument("--selection-only", action="store_true",

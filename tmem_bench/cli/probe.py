@@ -14,7 +14,7 @@ def add_probe_parser(sub, debug) -> None:
                        help="a folder holding <cell id>.safetensors for cells whose weights are not in RUN_DIR/cells "
                             "(repeatable), e.g. leaderboard/entries/<slug>/cells")
     probe.add_argument("--models", metavar="LABELS", help="comma-separated labels to probe (default: every model)")
-    probe.add_argument("--seeds", metavar="SEEDS", help="comma-separated seeds to probe (default: every seed)")
+    probe.add_argument("--seed-list", metavar="S1,S2,...", help="the seeds to probe, e.g. 0,2 (default: every seed)")
     probe.add_argument("--steps", metavar="N",
                        help="readout training steps (default: the readout's own, which state_probe.json records)")
 
@@ -33,7 +33,7 @@ def _list(flag: str, text: str | None, cast=str):
 
 def _check_run(run_dir: str, seeds: list[int] | None) -> None:
     """What would make the probe fail with a traceback or probe nothing, said in one line first: a
-    state_probe.json that is not a file, and a --seeds list naming no seed of the run."""
+    state_probe.json that is not a file, and a --seed-list naming no seed of the run."""
     from ..harness.rundir import RunDir
 
     run = RunDir.existing(run_dir)
@@ -45,7 +45,7 @@ def _check_run(run_dir: str, seeds: list[int] | None) -> None:
         known = sorted({r["cell"]["seed"] for r in results})
         missing = sorted(set(seeds) - set(known))
         if missing:
-            raise UsageError(f"--seeds: no cells of seed {', '.join(map(str, missing))} in {run_dir}; its seeds: "
+            raise UsageError(f"--seed-list: no cells of seed {', '.join(map(str, missing))} in {run_dir}; its seeds: "
                              f"{', '.join(map(str, known)) or 'none'}")
 
 
@@ -58,7 +58,7 @@ def cmd_probe(args) -> int:
     config = ReadoutConfig()
     if args.steps is not None:
         config = replace(config, steps=check_int("--steps", args.steps))
-    seeds = _list("--seeds", args.seeds, int)
+    seeds = _list("--seed-list", args.seed_list, int)
     _check_run(args.run_dir, seeds)
     try:
         doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),

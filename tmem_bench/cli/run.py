@@ -29,7 +29,7 @@ def cmd_run(args) -> int:
         models=[m.strip() for m in args.models.split(",")] if args.models is not None else None,
         levels=parse_levels(args.level),
         train_at=parse_train_at(args.train_at),
-        seeds=parse_seeds(args.seeds),
+        seeds=parse_seeds(args.seeds, args.seed_list),
         steps=args.steps,
         batch_size=args.batch_size,
         selection_only=args.selection_only or None,
