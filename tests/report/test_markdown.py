@@ -1,39 +1,63 @@
-"""A user's report leads with the user's models: their diagnosis first, then the paper's claims only
-where the run holds what a claim needs, one line each naming the profile that checks the others."""
+"""A user's report leads with the user's models: one line per model (its accuracy at the level it was
+trained at and what it learned), their diagnosis, then the paper's claims only where the run holds
+what a claim needs; sections that do not apply to the run are left out."""
 from __future__ import annotations
 
 import json
 
 from tests.report.helpers import write_cell
 from tmem_bench.report import write_report
-from tmem_bench.report.claims import load_claims
 
 
 def _sections(text: str) -> list[str]:
     return [line[3:] for line in text.splitlines() if line.startswith("## ")]
 
 
-def test_a_run_without_tensor_memory_opens_with_its_own_models(tmp_path):
+def _plugin_run(tmp_path):
+    """base and a plug-in memory, kv_memory, on coordinate binding; kv_memory alone on no_harm (ungated)."""
     run = tmp_path / "plugin-run"
-    for label in ("base", "lstm"):
+    for label, accuracy in (("base", 0.5), ("kv_memory", 0.9)):
         for seed in (0, 1):
             write_cell(run, "coordinate_binding", "standard", label, seed, (("n_writes", 5), ("noise", 0.0)),
-                       {(("n_writes", w), ("noise", 0.0)): 0.5 for w in (5, 10)})
-    write_cell(run, "no_harm", "standard", "lstm", 0, (), {(): 1.0})
-    text = write_report(run).path.read_text()
+                       {(("n_writes", w), ("noise", 0.0)): accuracy for w in (5, 10)})
+    write_cell(run, "no_harm", "standard", "kv_memory", 0, (), {(): 1.0})
+    return run
+
+
+def test_a_plugin_run_opens_with_one_line_per_model_at_its_trained_level(tmp_path):
+    text = write_report(_plugin_run(tmp_path)).path.read_text()
     sections = _sections(text)
-    assert sections.index("Diagnostic power") < sections.index("The paper's claims") < sections.index("Summary")
+    assert sections[0] == "The run's models" and sections.index("The run's models") < sections.index("Diagnostic power")
+    opening = text.split("## The run's models\n")[1].split("\n## ")[0]
+    lines = [line for line in opening.splitlines() if line.startswith("- ")]
+    assert lines == [
+        "- **base**: coordinate_binding at n_writes=5,noise=0.0: 50.0%, too weak",  # two equal seeds: no interval
+        "- **kv_memory**: coordinate_binding at n_writes=5,noise=0.0: 90.0%, learned; no_harm: 100.0%, learned",
+    ]
+
+
+def test_sections_that_do_not_apply_to_the_run_are_left_out(tmp_path):
+    text = write_report(_plugin_run(tmp_path)).path.read_text()
+    sections = _sections(text)
+    # Without Tensor Memory only the no-harm claim applies (it needs the no_harm task alone): no line
+    # for each claim the run cannot check, no reliance or gate section, no no-harm verdict per gated model.
     claims = text.split("## The paper's claims\n")[1].split("\n## ")[0]
-    lines = [line for line in claims.splitlines() if line.strip()]
-    specs = load_claims()
-    # No verdict table: the claims that need Tensor Memory get one line each naming what is missing and
-    # the profile that checks them; no-harm needs only the no_harm task, which this run has.
-    not_checked = [line for line in lines if "not checked here" in line]
-    assert len(not_checked) == len(specs) - 1 and all("a tensor model" in line for line in not_checked)
-    assert all("profile" in line for line in not_checked)
-    assert any("capacity" in line and "checked by the capacity, capacity_converge, paper profiles" in line for line in not_checked)
-    assert "no-harm control" in claims and "| claim | verdict | why |" in claims
-    assert text.count("### coordinate binding") == 0
+    table = [line for line in claims.splitlines() if line.startswith("| ")]
+    assert "not checked here" not in text and table[1] == (
+        "| no-harm control | **inconclusive** | no gated model in this run, so the gate part cannot be checked |")
+    assert table[2].startswith("| label |")  # the verdict table's one row, then the claim's own evidence
+    assert "No gated model" not in text and "no no_harm results" not in text and "No-harm verdict" not in text
+    assert "Memory reliance" not in sections and "Gate values" not in sections
+    assert sections.index("Diagnostic power") < sections.index("Summary")
+
+
+def test_a_claim_the_run_can_check_keeps_its_section(tmp_path):
+    run = tmp_path / "gated"
+    for seed in (0, 1):
+        write_cell(run, "no_harm", "standard", "tensor", seed, (), {(): 1.0})
+    text = write_report(run).path.read_text()
+    claims = text.split("## The paper's claims\n")[1].split("\n## ")[0]
+    assert "no-harm control" in claims and "| claim | verdict | why |" in claims and "not checked here" not in claims
 
 
 def test_the_state_probe_is_shown_where_the_run_has_one(tmp_path):
@@ -45,7 +69,7 @@ def test_the_state_probe_is_shown_where_the_run_has_one(tmp_path):
         {"readout": "mlp", "rows": [{"label": "lstm", "n_writes": 5, "probe_accuracy": 0.75, "accuracy": 0.5}]}))
     text = write_report(run).path.read_text()
     sections = _sections(text)
-    assert sections.index("Diagnostic power") < sections.index("State probe") < sections.index("The paper's claims")
+    assert sections.index("Diagnostic power") < sections.index("State probe") < sections.index("Summary")
     probe = text.split("## State probe\n")[1].split("\n## ")[0]
     assert "- readout: mlp" in probe and "| label | n_writes | probe_accuracy | accuracy |" in probe
     assert "| lstm | 5 | 0.75 | 0.5 |" in probe

@@ -123,7 +123,7 @@ def test_the_report_has_the_section_and_the_per_task_lines(tmp_path):
     assert "within 2 points of chance" in section and "more than 5 points above chance" in section
     assert "- coordinate_binding: discriminates in block_queries=True; not in standard" in section
     assert "- no_harm: control (not a discriminator)" in section
-    assert ("| task | variant | level | seeds | base (attention) | best model | its accuracy | its lead over the "
+    assert ("| task | variant | level | seeds | base (attention) | best model besides base | its accuracy | its lead over the "
             "next (points) | its memory off | its reach (init, trained) | still learning | chance | ceiling | verdict "
             "| why |") in section
     assert ("| coordinate_binding | block_queries=True | n_writes=20,noise=0.0 | 2 | 3.1% | tensor | 85.0% | - | 3.1% "
