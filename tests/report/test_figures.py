@@ -265,3 +265,32 @@ def test_gate_and_training_figures_and_tables(report):
     reliance = report.figures["memory_reliance"]["panels"]
     occl = next(p for p in reliance if p["title"] == "occlusion")
     assert occl["bars"]["tensor"] == pytest.approx([0.95 + 0.01 - 0.9, 0.85 + 0.01 - 0.4])
+
+
+def test_lines_that_coincide_are_drawn_so_that_both_show(tmp_path):
+    """Two models with the same accuracies hid one another (tensor_chunk2 and chunk4; base under tensor
+    and lstm in the occlusion training curves), and base sat invisibly on the chance line."""
+    from tmem_bench.report.overlap import COINCIDENT_NOTE
+
+    run = tmp_path / "same"
+    for label, acc in (("base", 0.25), ("tensor", 0.8), ("lstm", 0.8)):  # 0.25: the helper's chance
+        for seed in (0, 1):
+            write_cell(run, "coordinate_binding", "standard", label, seed, (("n_writes", 5), ("noise", 0.0)),
+                       {(("n_writes", w), ("noise", 0.0)): acc for w in (5, 10, 20)})
+    data = load_run(run)
+    curves = curve_data(training_view(data, "coordinate_binding", {"noise": 0.0}), "n_writes")
+    fig, drawn = accuracy_figure([{"title": "t", "curves": curves}], "n_writes", "t", Style(data.table))
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert drawn["panels"][0]["coincident"] == {"base": ["chance"], "tensor": ["lstm"]}  # lstm is drawn first
+    assert lines["lstm"].get_linestyle() == "-" and lines["tensor"].get_linestyle() == "--"
+    assert lines["tensor"].get_markerfacecolor() == "white"
+    assert lines["tensor"].get_markersize() > lines["lstm"].get_markersize()
+    assert lines["base"].get_markerfacecolor() == "white" and lines["chance"].get_zorder() > lines["base"].get_zorder()
+    assert COINCIDENT_NOTE in fig._suptitle.get_text()
+
+    fig, drawn = dict(draw_figures(data))["training_coordinate_binding"]
+    panel = drawn["panels"][0]
+    # The helper's histories are the same for every model: each later model's lines lie on the earlier ones'.
+    assert panel["coincident"]["tensor seed 0"] == ["base", "lstm"] and "base seed 0" not in panel["coincident"]
+    dashed = [line for line in fig.axes[0].get_lines() if line.get_label() == "tensor"]
+    assert dashed and all(line.get_linestyle() == "--" for line in dashed)

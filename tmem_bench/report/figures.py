@@ -13,6 +13,7 @@ import pandas as pd
 from ..files import write_atomic
 from ..levels import level_key
 from .colors import label_colors, label_markers
+from .overlap import COINCIDENT_NOTE, coincident_style, coinciding
 from .data import TASK_ORDER, RunData, model_order, natural_key, ordered, slug, task_order, variant_order
 from .tables import level_sort_key, reliance_frame, summary_frame
 from .views import curve_data, generalisation_view, panels, sweep_axis, train_level_rank, training_view
@@ -165,14 +166,22 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
         # Series of one model trained at several levels ("base @ level") differ by line style.
         trained_at = list(dict.fromkeys(label.partition(" @ ")[2] for label in curves["series"]))
         levels = curves["chance"]["x"] if curves["chance"] else []
+        chance = [("chance", curves["chance"]["x"], curves["chance"]["y"])] if curves["chance"] else []
+        earlier, coincident = [], {}
         for label, s in curves["series"].items():
             color = style.of(label)
             ls = _LINESTYLES[trained_at.index(label.partition(" @ ")[2]) % len(_LINESTYLES)]
             # NaN where a level of the panel was not evaluated: the line breaks there instead of crossing it.
             mean = dict(zip(s["x"], s["mean"]))
             xs = [x for x in levels if s["x"][0] <= x <= s["x"][-1]]
-            ax.plot(xs, [mean.get(x, math.nan) for x in xs], marker=style.marker(label), ms=4.5, color=color, ls=ls,
-                    label=label)
+            ys = [mean.get(x, math.nan) for x in xs]
+            under = coinciding(xs, ys, earlier, 1.0)
+            on_chance = bool(coinciding(xs, ys, chance, 1.0))
+            if under or on_chance:
+                coincident[label] = under + ["chance"] * on_chance
+            ax.plot(xs, ys, **{"marker": style.marker(label), "ms": 4.5, "color": color, "ls": ls, "label": label,
+                               **coincident_style(len(under), on_chance)})
+            earlier.append((label, xs, ys))
             if any(h > lo for lo, h in zip(s["low"], s["high"])):
                 ax.fill_between(s["x"], s["low"], s["high"], color=color, alpha=0.18, lw=0)
         if curves["chance"]:
@@ -182,9 +191,11 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
         ax.set_ylabel("accuracy")
         ax.set_title(panel["title"], fontsize=10)
         ax.grid(alpha=0.3)
-        drawn["panels"].append({**panel, **curves})
+        drawn["panels"].append({**panel, **curves, "coincident": coincident})
         del drawn["panels"][-1]["curves"]
     seeds = sorted({n for p in figure_panels for s in p["curves"]["series"].values() for n in s["n_seeds"]})
+    if any(any(under != ["chance"] for under in p["coincident"].values()) for p in drawn["panels"]):
+        title += f" ({COINCIDENT_NOTE})"
     if seeds == [1]:
         title += "\n1 seed per point: no interval band"
     elif seeds:
@@ -247,15 +258,26 @@ def training_figure(data: RunData, task: str, style: Style):
             prefix = "" if suffix or variant == "standard" else f"{_spaced(variant)}\n"
             panel = {"title": f"{prefix}trained at {_spaced(train_level)}", "variant": variant, "metric": metric,
                      "lines": {}}
+            values = g[metric].dropna()
+            span = float(values.max() - values.min()) if len(values) else 1.0
+            earlier, panel["coincident"] = [], {}
             for model in model_order(g):
                 marker = style.marker(model)
                 for seed, sg in sorted(g[g["label"] == model].groupby("seed")):
                     sg = sg.sort_values("step")
-                    # A circle is every label's default; any other marker tells a similar colour apart.
-                    ax.plot(sg["step"], sg[metric], color=style.of(model), lw=1.0, label=model,
-                            marker=marker if len(sg) < 3 or marker != "o" else None, ms=4,
-                            markevery=max(1, len(sg) // 5))
-                    panel["lines"][f"{model} seed {seed}"] = {"step": sg["step"].tolist(), metric: sg[metric].tolist()}
+                    steps, ys = sg["step"].tolist(), sg[metric].tolist()
+                    under = sorted(set(coinciding(steps, ys, [e for e in earlier if e[0] != model], span or 1.0)))
+                    every = max(1, len(sg) // 5)
+                    # A circle is every label's default; any other marker tells a similar colour apart. A
+                    # line lying on another model's is dashed, with hollow markers shifted along it.
+                    ax.plot(steps, ys, color=style.of(model), lw=1.0, label=model,
+                            marker=marker if len(sg) < 3 or marker != "o" or under else None, ms=4,
+                            markevery=(min(len(under) * max(1, every // 3), len(sg) - 1), every),
+                            **{k: v for k, v in coincident_style(len(under), False).items() if k != "ms"})
+                    if under:
+                        panel["coincident"][f"{model} seed {seed}"] = under
+                    earlier.append((model, steps, ys))
+                    panel["lines"][f"{model} seed {seed}"] = {"step": steps, metric: ys}
             if metric == "train_acc":
                 ax.set_ylim(-0.02, 1.04)
             ax.set_xlabel("step")
