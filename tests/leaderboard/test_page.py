@@ -129,6 +129,13 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
             assert all(inner <= width for inner, _ in boxes) and all(right <= width for right in figures)
             if width == 400:
                 assert any(outer > inner for inner, outer in boxes)  # the wide table scrolls in its box
+                # Scrolled to its far right, a table still shows its ranks (they were scrolled off-screen).
+                shown = driver.execute_script(
+                    "return Array.from(document.querySelectorAll('.scroll'), b => { b.scrollLeft = b.scrollWidth;"
+                    " const box = b.getBoundingClientRect(); return Array.from(b.querySelectorAll("
+                    "'tr > :first-child'), c => { const r = c.getBoundingClientRect();"
+                    " return r.left >= box.left - 1 && r.right <= box.right + 1 && r.right <= 400; }); }).flat();")
+                assert shown and all(shown), shown
         print("document widths:", widths)
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
@@ -149,5 +156,17 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
                 for slug in (holes["slug"], whole["slug"])}
         assert path[holes["slug"]].count("M") == 2 and "L" not in path[holes["slug"]], path
         assert path[whole["slug"]].count("M") == 1 and path[whole["slug"]].count("L") == 2, path
+
+        # A line lying on one drawn before it is dashed, with hollow points, and the legend says so.
+        holes["cells"] = dict(whole["cells"])
+        same = tmp_path / "same.html"
+        same.write_text(render_page(json.dumps(data)))
+        driver.get(same.as_uri())
+        section = driver.find_element(By.CSS_SELECTOR, "section[data-task=coordinate_binding]")
+        first_drawn, second_drawn = (section.find_element(By.CSS_SELECTOR, f"g[data-slug='{row['slug']}'] path")
+                                     for row in group["rows"])
+        assert first_drawn.get_attribute("stroke-dasharray") is None
+        assert second_drawn.get_attribute("stroke-dasharray") == "5 3"
+        assert "a line lying on another" in section.find_element(By.CSS_SELECTOR, "ul.legend").text
     finally:
         driver.quit()

@@ -22,9 +22,14 @@ th button { font: inherit; font-weight: bold; color: inherit; background: none; 
 th[aria-sort=ascending] button::after { content: " \\25B2"; }
 th[aria-sort=descending] button::after { content: " \\25BC"; }
 td.text, th.text { text-align: left; }
+/* A table wider than the screen scrolls in its box; its rank column stays in view (a phone's 400 px
+   showed the scores with the ranks scrolled off), wrapping its note rather than taking the screen. */
+th:first-child, td:first-child { position: sticky; left: 0; z-index: 1; background: #fff; white-space: normal;
+                                 min-width: 4.5em; max-width: 9em; text-align: left; }
+th:first-child { background: #f4f4f4; }
 tr.unranked td { color: #777; }
 .banner { background: #fff3cd; border: 1px solid #e0c36a; padding: 0.5em 0.8em; }
-tr.preview td { background: #fff3cd; color: #222; font-weight: bold; }
+tr.preview td, tr.preview td:first-child { background: #fff3cd; color: #222; font-weight: bold; }
 .note { color: #555; font-size: 0.9em; }
 figure { margin: 0; }
 svg.figure { display: block; width: 100%; max-width: 640px; height: auto; }
@@ -169,21 +174,32 @@ function figure(group) {
     parent.appendChild(svg('path', Object.assign({d: d.trim(), fill: 'none'}, attrs)));
   };
   const legend = el('ul', {class: 'legend'});
-  let ringed = false;
+  let ringed = false, overlapping = false;
+  const drawn = [];
   group.rows.forEach((row, k) => {
     const g = s.appendChild(svg('g', {'data-slug': row.slug}));
     const at = single ? group.rows.map((r, j) => j === k ? row.cells[group.levels[0]] : null)
                       : group.levels.map(l => row.cells[l]);
-    // A preview's line is dashed, so that the published line it may lie on shows through its gaps.
-    const dash = row.preview ? {'stroke-dasharray': '6 4'} : {};
-    if (!single) line(at.map(c => c ? c.mean : null), Object.assign({stroke: row.color, 'stroke-width': 2}, dash), g);
+    // A line lying on one drawn before it (every level within half a point; a preview beside the
+    // published entry of its model, say) would hide it: it is dashed, its dashes shifted, with hollow
+    // points a size larger, and the legend says so.
+    const means = at.map(c => c ? c.mean : null);
+    const lies = other => means.some((v, i) => v !== null && other[i] !== null)
+                          && means.every((v, i) => v === null || other[i] === null || Math.abs(v - other[i]) <= 0.005);
+    const under = single ? 0 : drawn.filter(lies).length;
+    drawn.push(means);
+    overlapping = overlapping || under > 0;
+    const dashed = under ? {'stroke-dasharray': '5 3', 'stroke-dashoffset': String(3 * under)} : {};
+    if (!single) line(means, Object.assign({stroke: row.color, 'stroke-width': 2}, dashed), g);
     // The level an entry was trained at, where it was trained at one and evaluated at others.
     const one = !single && row.trained_at && row.trained_at.length === 1;
     const trained = one ? group.levels.indexOf(row.trained_at[0]) : -1;
     at.forEach((c, i) => {
       if (!c) return;
       g.appendChild(svg('line', {x1: x(i), x2: x(i), y1: y(c.low), y2: y(c.high), stroke: row.color}));
-      g.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: single ? 3.5 : 2.5, fill: row.color}));
+      g.appendChild(svg('circle', under ? {cx: x(i), cy: y(c.mean), r: 2.5 + 2 * under, fill: 'white',
+                                           stroke: row.color, 'stroke-width': 1.5}
+                                        : {cx: x(i), cy: y(c.mean), r: single ? 3.5 : 2.5, fill: row.color}));
       if (i === trained) {
         g.appendChild(svg('circle', {cx: x(i), cy: y(c.mean), r: 6, fill: 'none', stroke: row.color,
                                      'stroke-width': 1.5}));
@@ -202,7 +218,8 @@ function figure(group) {
                                                  fill: 'none'}, attrs)));
   }
   legend.appendChild(el('li', {class: 'note'},
-                       '- - - chance   ··· ceiling' + (ringed ? '   ○ the level it was trained at' : '')));
+                       '- - - chance   ··· ceiling' + (ringed ? '   ○ the level it was trained at' : '')
+                       + (overlapping ? '   dashed, hollow: a line lying on another' : '')));
   const box = el('figure');
   box.append(s, legend);
   return box;
