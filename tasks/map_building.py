@@ -33,8 +33,9 @@ and queries).
 tokens, so the map reaches it only through a memory the backbone carries.
 
 The same episodes are offered as a gymnasium environment, `tmem_bench/MapBuilding-v0`
-(MapBuildingEnv, in map_building_env.py); an episode drawn with `reset(seed=s)` equals the batch of one
-that `MapBuilding.sample` draws from `torch.Generator().manual_seed(s)`.
+(MapBuildingEnv, in map_building_env.py, apart so that the task imports no gymnasium); an
+episode drawn with `reset(seed=s)` equals the batch of one that `MapBuilding.sample` draws from
+`torch.Generator().manual_seed(s)`.
 """
 from __future__ import annotations
 
@@ -193,13 +194,3 @@ class MapBuilding(Task):
         q = ((ask[..., 4] * GRID).round() * GRID + (ask[..., 5] * GRID).round()).long()  # (B, Q)
         guess = torch.full((B, Q), int(self.p_occupied > 0.5))
         return torch.where(known.gather(1, q), value.gather(1, q).long(), guess)
-
-
-def __getattr__(name: str):
-    # The gymnasium environment lives in map_building_env.py, so that importing the task (every
-    # command that lists tasks does) does not import gymnasium; this name stays where it was.
-    if name == "MapBuildingEnv":
-        from .map_building_env import MapBuildingEnv
-
-        return MapBuildingEnv
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,7 @@ from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import Cell, load_profile, plan_run, profile_names
 from tmem_bench.harness.train import run_cell
 from tmem_bench.registry import TASKS, get_task, task_names
-from tmem_bench.tasks import map_building, occlusion
+from tmem_bench.tasks import map_building, map_building_env, occlusion
 
 NAMES = task_names()
 VARIANTS = [(name, variant, task) for name in NAMES for variant, task in task_variants(TASKS.get(name), {})]
@@ -145,7 +145,7 @@ MAP_ENV = "tmem_bench/MapBuilding-v0"
 def test_map_building_env_is_registered():
     assert MAP_ENV in ENV_IDS
     tmem_bench.register_envs()  # a second registration is a no-op, not an error
-    assert isinstance(gymnasium.make(MAP_ENV).unwrapped, map_building.MapBuildingEnv)
+    assert isinstance(gymnasium.make(MAP_ENV).unwrapped, map_building_env.MapBuildingEnv)
 
 
 def test_importing_the_package_registers_the_env():
@@ -161,7 +161,7 @@ def test_gymnasium_env_checker(env_id):
 
 @pytest.mark.parametrize("trajectory", map_building.TRAJECTORIES)
 def test_map_building_env_checker_per_trajectory(trajectory):
-    check_env(map_building.MapBuildingEnv(horizon=5, trajectory=trajectory), skip_render_check=True)
+    check_env(map_building_env.MapBuildingEnv(horizon=5, trajectory=trajectory), skip_render_check=True)
 
 
 @pytest.mark.parametrize("trajectory", map_building.TRAJECTORIES)
@@ -193,7 +193,7 @@ def test_map_building_env_agrees_with_the_generator(trajectory):
 
 
 def test_map_building_env_rejects_steps_out_of_an_episode():
-    env = map_building.MapBuildingEnv(horizon=2)
+    env = map_building_env.MapBuildingEnv(horizon=2)
     with pytest.raises(RuntimeError, match="reset"):
         env.step(0)
     env.reset(seed=0)
