@@ -131,7 +131,7 @@ def test_every_level_is_trained_and_the_authors_sweeps_are_kept(tables):
     (("occlusion", "model.d_model", "suite", "`33`"), "occlusion: model.d_model is 32 in the profile, 33"),
     (("map_building", "model.d_model", "why", "-"), "map_building: model.d_model differs (96 against 64)"),
     (("no_harm", "model.d_model", "why", "because"), "no_harm: model.d_model is the same yet gives a reason"),
-    (("coordinate_binding", "train.steps", "suite", "`1200`"), "coordinate_binding: train.steps is [600, 800"),
+    (("coordinate_binding", "train.steps", "suite", "`1200`"), "coordinate_binding: train.steps is [600, 1000"),
     (("map_building", "train.lr", "key", "-"), "map_building: no row for train.lr"),
 ])
 def test_the_check_finds_a_wrong_row(tables, change, message):
