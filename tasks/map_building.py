@@ -91,7 +91,7 @@ class MapBuildingAdapter(Adapter):
         self.block_queries = block_queries
         self.encoding = encoding
         # Zeros, as the paper's reference starts its table; absent at 0 so that a model without
-        # positions keeps its parameters (and its initial weights, drawn in order) as they were.
+        # positions keeps the parameters (and state dicts) it always had.
         self.pos = nn.Parameter(torch.zeros(positions, d_model)) if positions else None
         if encoding == "scalar":
             self.proj = nn.Linear(N_FEATURES, d_model)
