@@ -10,7 +10,7 @@ from .budget import budget_note, point
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
 from .selection import lr_note
-from .stats import BUDGET, EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
+from .stats import BUDGET, EPS, INCONCLUSIVE, diff_ci, mean_ci
 from .tables import fmt_pct, level_sort_key
 
 DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
@@ -37,7 +37,8 @@ def power_rule(spec: PowerSpec) -> str:
             f"{ref} there is no verdict. A task without level axes is a control, not a discriminator. The verdict is "
             f"{BUDGET} where the best other model learned nothing or had a seed whose training had not "
             f"converged, or where a seed of {ref} had not converged ({ref} is read for being blind, so only its "
-            f"convergence counts): a point of the training budget neither supports nor refutes.")
+            f"convergence counts): a point of the training budget neither supports nor refutes. A best model "
+            f"that already passes and is still learning is a lower bound, and its variant discriminates.")
 
 
 def power_verdict(reference: float | None, best: float | None, best_model: str | None, memory_off: float | None,
@@ -128,13 +129,14 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         if reference is not None and best_model is not None:
             read = [point(honest[honest["label"] == best_model], spec),
                     point(honest[honest["label"] == spec.attention_reference], spec, judge_learning=False)]
-            if budget := budget_note(read):
+            # A best model already past the bar and still learning is a lower bound: it only rises.
+            if budget := budget_note(read, read[:1] if verdict == DISCRIMINATES else []):
                 verdict, why = BUDGET, f"{budget.removeprefix(BUDGET + ': ')}; {why}"
     best_rows = g[g["label"] == best_model]
     runner_up = max((m for m in means if m != best_model), key=means.get, default=None)
     lead = None
     if runner_up is not None:
-        diff, low, high = bootstrap_diff_ci(per_seed(honest[honest["label"] == best_model]),
+        diff, low, high = diff_ci(per_seed(honest[honest["label"] == best_model]),
                                             per_seed(honest[honest["label"] == runner_up]))
         lead = {"over": runner_up, "diff": diff, "low": low, "high": high}
     return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()), "lead": lead,
@@ -221,7 +223,7 @@ def model_rows(data: RunData, spec: PowerSpec | None = None, reach: ReachSpec | 
         chance, ceiling = float(g["chance"].mean()), float(g["ceiling"].mean())
         for label in model_order(g):
             m = g[g["label"] == label]
-            mean, low, high = bootstrap_ci(per_seed(m))
+            mean, low, high = mean_ci(per_seed(m))
             seeds = m.groupby("seed")["converged"].first()
             lrs = sorted(set(m["lr"].dropna()))
             reach_init, reach_trained = _mean(m, "reach_init"), _mean(m, "reach_trained")
