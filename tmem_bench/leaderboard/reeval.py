@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import UsageError
+
 ACCURACY_TOLERANCE = 0.005  # absolute: 5 targets in 1,000
 LOSS_TOLERANCE = 1e-4  # relative to max(1, loss)
+# A model up to this size is built and its weights' own check says whether they fit ("does not fit");
+# past it, one whose parameters outgrow its weights file is refused before anything is allocated.
+BUILD_FLOOR = 64 << 20
 
 
 def reevaluate(result: dict, weights: Path, reject) -> dict | None:
@@ -45,6 +50,8 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     try:
         model = build_within(cell, weights)
         load_weights(weights, model)
+    except UsageError:
+        raise  # a name the registry refuses: the validation of the whole entry stops on it, as it always did
     except ValueError as e:
         reject("weights", str(e))
         return None
@@ -82,8 +89,9 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
 
 def build_within(cell, weights: Path):
     """The cell's model, built only when its options name a model whose parameters fit in its weights
-    file: the model is first built on the meta device (no memory), so that a cell naming d_model
-    2^20 is refused in a line rather than allocating terabytes. ValueError says why not."""
+    file (or in BUILD_FLOOR): the model is first built on the meta device (no memory), so that a cell
+    naming d_model 2^20 is refused in a line rather than allocating terabytes. ValueError says why not;
+    a name the registry refuses raises its UsageError."""
     import torch
 
     from ..harness.train import build_model
@@ -99,7 +107,7 @@ def build_within(cell, weights: Path):
         raise ValueError(f"the cell's model options do not build its model: {e}") from None
     needed = sum(t.numel() * t.element_size() for t in shape.state_dict().values())
     size = weights.stat().st_size
-    if needed > size:
+    if needed > max(size, BUILD_FLOOR):
         raise ValueError(f"the cell's options make a model of {needed:,} bytes of parameters, more than its "
                          f"{size:,}-byte weights file holds: not built")
     return build_model(cell)
