@@ -138,14 +138,18 @@ def test_validation_rejects_tampering(board, case, capsys):
 def test_a_leaking_plugin_is_refused_and_a_forged_verdict_is_caught(tmp_path, capsys):
     run_dir = tiny_run(tmp_path, "no_harm", "--models", "tests.diagnostics.test_conformance:leaky")
     board = empty_board(tmp_path)
-    assert main(["leaderboard", "submit", str(run_dir), "--name", "Leaky", "--leaderboard", str(board)]) == 2
+    submit = ["leaderboard", "submit", str(run_dir), "--name", "Leaky", "--leaderboard", str(board)]
+    assert main(submit) == 2  # a module:attribute model is refused unless its submitter trusts it
+    assert "module:attribute names are not imported here" in capsys.readouterr().err
+    submit.append("--allow-module-names")
+    assert main(submit) == 2
     assert "only causal models can be submitted" in capsys.readouterr().err
     for path in (run_dir / "cells").glob("*.json"):  # the forger edits the run's verdicts before submitting
         result = read_cell(path)
         for probe in (result["causality"], *result["causality_trained"].values()):
             probe["verdict"] = "causal"
         write_json(path, result)
-    assert main(["leaderboard", "submit", str(run_dir), "--name", "Leaky", "--leaderboard", str(board)]) == 0
+    assert main(submit) == 0
     assert "module:attribute" in validate(board).rejections[0]  # a plug-in's entry validates where it is trusted
     result = validate(board, allow_module_names=True)
     assert result.rejections[0] == ("leaky: model (no_harm standard): the causality probe, run again here, finds "

@@ -35,6 +35,7 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                         help="reference the weights instead of holding them: the entry records each file's sha256 "
                              "and size and URL/<cell id>.safetensors (upload RUN_DIR/cells/*.safetensors there); "
                              "https://, file:// or hf://OWNER/REPO[@REVISION]/FOLDER")
+    _trust_flag(submit)
     validate = actions.add_parser("validate", parents=[debug],
                                   help="recompute every entry from its cells; exit 1 when one is rejected")
     validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
@@ -97,8 +98,12 @@ def cmd_leaderboard(args) -> int:
     if args.action == "submit":
         if args.url is not None and not args.url.startswith(("http://", "https://")):
             raise UsageError(f"--url {args.url!r} must start with http:// or https://")
-        for path in submit(args.run_dir, args.name, args.leaderboard, args.model, args.url, args.description,
-                           args.weights_url):
+        from ..registry import module_names
+
+        with module_names(args.allow_module_names):  # a run of your own plug-in named module:attribute
+            paths = submit(args.run_dir, args.name, args.leaderboard, args.model, args.url, args.description,
+                           args.weights_url)
+        for path in paths:
             print(f"entry: {path}")
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
