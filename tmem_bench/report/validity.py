@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..registry import TASKS
-from .data import RunData, load_run
+from .data import RunData, load_run, natural_key
 
 N_BOOT = 2000
 BOOT_SEED = 0  # seeded, so that the table is the same on every run
@@ -116,7 +116,8 @@ def toy_scores(data: RunData) -> list[Score]:
     """Accuracy at the trained level in each memory-forcing variant, per task and training level."""
     scores = []
     run = Path(data.run_dir).name
-    for (task, variant, train_level), rows in _trained(data).groupby(["task", "variant", "train_level"], sort=True):
+    groups = _trained(data).groupby(["task", "variant", "train_level"])
+    for (task, variant, train_level), rows in sorted(groups, key=lambda g: (g[0][0], g[0][1], natural_key(g[0][2]))):
         options = data.task_options.get((task, variant), {})
         if task not in TASKS or not TASKS.get(task).forces_memory(options):
             continue
