@@ -57,4 +57,4 @@ def external_section(data: RunData) -> list[str]:
         out += ["", "Mean normalised return over the environments and levels each model was trained at: "
                 + ", ".join(f"{label} {row['mean']:+.3f} ({int(row['count'])})" for label, row in overall.iterrows()
                             if not math.isnan(row["mean"])) + "."]
-    return out
+    return out + [""]
