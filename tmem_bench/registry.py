@@ -87,7 +87,9 @@ class Registry:
         self._specs = dict(builtins)  # name -> "module:attribute", imported on first use
         self._entry_points: dict[str, metadata.EntryPoint] | None = None
         self.missing_extras: dict[str, list[str]] = {}  # extra -> names it would add, where not installed
+        self._packages: dict[str, str] = {}  # extra -> the package it installs
         for extra, (package, specs) in (optional or {}).items():
+            self._packages[extra] = package
             if importlib.util.find_spec(package) is not None:
                 self._specs.update(specs)
             else:
@@ -120,7 +122,7 @@ class Registry:
         for extra, names in self.missing_extras.items():
             if name in names:
                 raise UsageError(f"{self.kind} {name!r} needs the {extra} extra: pip install -e \".[{extra}]\" "
-                                 f"(from a clone) or pip install {extra}")
+                                 f"(from a clone) or pip install {self._packages[extra]}")
         raise UsageError(self.unknown(name))
 
     def unknown(self, name: str) -> str:
