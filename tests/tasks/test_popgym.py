@@ -46,17 +46,12 @@ def test_batches_are_the_environments_own_steps_and_the_labels_earn_its_maximum_
 
 
 @pytest.mark.parametrize("name,difficulty", [c for c in CASES if c[1] == 1])
-def test_the_oracle_is_a_function_of_the_observations_so_far(name, difficulty):
+def test_the_oracle_reading_a_batchs_observations_gives_its_labels(name, difficulty):
     task, level = get_task(name), {"difficulty": difficulty}
     batch = task.sample(level, 3, torch.Generator().manual_seed(1))
     assert torch.equal(task.oracle(level, batch), batch["target"])
-    # Changing what comes after a step never changes that step's label.
-    env = task.make_env(level)
-    obs = batch["obs"][0].numpy()
-    for t in batch["positions"][0].tolist()[::7]:
-        later = obs.copy()
-        later[t + 1:] = 0
-        assert task.act(later[:t + 1], env) == task.act(obs[:t + 1], env)
+    shuffled = {**batch, "obs": batch["obs"].roll(1, 0)}  # another episode's observations: other labels
+    assert not torch.equal(task.oracle(level, shuffled), batch["target"])
 
 
 def test_a_wrong_label_is_caught_against_the_environments_rewards(monkeypatch):
