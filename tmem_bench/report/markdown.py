@@ -8,6 +8,7 @@ import pandas as pd
 from .capacity import capacity_groups, capacity_section
 from .claims import Claim, ClaimSpec, PowerSpec, load_claims
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
+from .external import external_section
 from .power import model_rows, power_lines, power_rule
 from .profiles import builtin_profiles, section_models
 from .selection import selection_lines
@@ -308,7 +309,7 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     out += _how_to_read(data) + _power(data, power, power_spec) + _state_probe(data) + _claims(data, claims)
     out += selection_lines(data)
     out += _summary(summary)
-    out += _accuracy(data, figures) + capacity_section(data, figures)
+    out += _accuracy(data, figures) + capacity_section(data, figures) + external_section(data)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)
     return "\n".join(out).rstrip() + "\n"
