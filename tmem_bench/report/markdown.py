@@ -60,9 +60,10 @@ def _how_to_read(data: RunData) -> list[str]:
            f"Accuracy is measured on each level's fixed evaluation set. Means are over seeds; intervals are 95% "
            f"intervals of the mean over seeds: Student's t intervals (n-1 degrees of freedom; Welch's for a "
            f"difference) below {BOOTSTRAP_FROM} seeds, where a bootstrap cannot see the spread, and percentile-bootstrap "
-           f"intervals ({N_BOOT:,} resamples, seeded, so the report is reproducible) from {BOOTSTRAP_FROM} up; this "
-           f"run's intervals are {interval_label([max_seeds])} intervals. Chance (best constant predictor) and ceiling (best accuracy the information in the "
-           f"evaluation set allows) are drawn as dashed and dotted lines.",
+           f"intervals ({N_BOOT:,} resamples, seeded, so the report is reproducible) from {BOOTSTRAP_FROM} up"
+           + (f"; this run's are {interval_label([max_seeds])} intervals" if max_seeds > 1 else "")
+           + ". Chance (best constant predictor) and ceiling (best accuracy the information in the evaluation set "
+           "allows) are drawn as dashed and dotted lines.",
            ""]
     if max_seeds == 1:
         out.append("**This run has one seed per cell, so every interval collapses to its mean: the bands and "
