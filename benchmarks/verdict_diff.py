@@ -14,15 +14,20 @@ from pathlib import Path
 
 CLAIM = re.compile(r"^### (?P<name>.+?): (?P<verdict>supported|not supported|inconclusive(?: \(budget\))?|"
                    r"not testable in this setting)$")
+VARIANT = re.compile(r"^- under the variant (?P<variant>.+) \(not in the paper\) the same rule gives: (?P<verdict>.+)$")
 POWER_HEADER = "| task | variant | level |"
 
 
 def verdicts(text: str) -> dict[str, str]:
-    """'claim: NAME' and 'power: TASK [VARIANT] @ LEVEL' -> verdict, from a report's text."""
-    out, power = {}, False
+    """'claim: NAME', 'claim: NAME [VARIANT]' (a memory-forcing variant's verdict) and 'power: TASK
+    [VARIANT] @ LEVEL' -> verdict, from a report's text."""
+    out, power, claim = {}, False, None
     for line in text.splitlines():
         if m := CLAIM.match(line):
-            out[f"claim: {m['name']}"] = m["verdict"]
+            claim = m["name"]
+            out[f"claim: {claim}"] = m["verdict"]
+        if claim and (m := VARIANT.match(line)):
+            out[f"claim: {claim} [{m['variant']}]"] = m["verdict"]
         if line.startswith(POWER_HEADER) and "| best model |" in line:
             power, header = True, [c.strip() for c in line.strip("|").split("|")]
             continue

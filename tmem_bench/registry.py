@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import importlib.util
 import inspect
 from importlib import metadata
 from typing import Callable
@@ -28,6 +29,17 @@ BUILTIN_TASKS = {
     "occlusion": "tmem_bench.tasks.occlusion:Occlusion",
     "map_building": "tmem_bench.tasks.map_building:MapBuilding",
     "no_harm": "tmem_bench.tasks.no_harm:NoHarm",
+}
+# Built-in tasks that need an optional extra: registered only where its package can be imported, so
+# that everything that goes over every task (the tests, `check --task`) runs without it;
+# `tmem-bench list` names them with the command that adds them. extra -> (package, tasks).
+OPTIONAL_TASKS = {
+    "popgym": ("popgym", {
+        "popgym_repeat_first": "tmem_bench.tasks.popgym:RepeatFirst",
+        "popgym_repeat_previous": "tmem_bench.tasks.popgym:RepeatPrevious",
+        "popgym_autoencode": "tmem_bench.tasks.popgym:Autoencode",
+        "popgym_count_recall": "tmem_bench.tasks.popgym:CountRecall",
+    }),
 }
 BUILTIN_MODELS = {
     "base": "tmem_bench.baselines.transformer:base",
@@ -76,11 +88,20 @@ def module_names_allowed() -> bool:
 
 
 class Registry:
-    def __init__(self, kind: str, builtins: dict[str, str], entry_point_group: str | None = None):
+    def __init__(self, kind: str, builtins: dict[str, str], entry_point_group: str | None = None,
+                 optional: dict[str, tuple[str, dict[str, str]]] | None = None):
         self.kind = kind
         self.entry_point_group = entry_point_group
         self._specs = dict(builtins)  # name -> "module:attribute", imported on first use
         self._entry_points: dict[str, metadata.EntryPoint] | None = None
+        self.missing_extras: dict[str, list[str]] = {}  # extra -> names it would add, where not installed
+        self._packages: dict[str, str] = {}  # extra -> the package it installs
+        for extra, (package, specs) in (optional or {}).items():
+            self._packages[extra] = package
+            if importlib.util.find_spec(package) is not None:
+                self._specs.update(specs)
+            else:
+                self.missing_extras[extra] = list(specs)
 
     def _plugins(self) -> dict[str, metadata.EntryPoint]:
         if self._entry_points is None:
@@ -106,6 +127,10 @@ class Registry:
                                  f"{type(e).__name__}: {e}") from e
         if ":" in name and _MODULE_NAMES.get():
             return load_attribute(name, self.kind)
+        for extra, names in self.missing_extras.items():
+            if name in names:
+                raise UsageError(f"{self.kind} {name!r} needs the {extra} extra: pip install -e \".[{extra}]\" "
+                                 f"(from a clone) or pip install {self._packages[extra]}")
         raise UsageError(self.unknown(name))
 
     def unknown(self, name: str) -> str:
@@ -131,7 +156,7 @@ class Registry:
         return name in self._specs or name in self._plugins()
 
 
-TASKS = Registry("task", BUILTIN_TASKS, entry_point_group="tmem_bench.tasks")
+TASKS = Registry("task", BUILTIN_TASKS, entry_point_group="tmem_bench.tasks", optional=OPTIONAL_TASKS)
 BACKBONES = Registry("model", BUILTIN_MODELS, entry_point_group="tmem_bench.models")
 
 

@@ -293,3 +293,20 @@ def test_the_state_probe_is_read_at_the_level_each_cell_was_trained_at(tmp_path)
     data = load_run(tmp_path)
     assert data.table["probe_accuracy"].isna().all()
     assert any(p.startswith("state_probe.json is unreadable") for p in data.problems)
+
+
+def test_a_blind_reference_is_no_growing_state_reference_for_saturation(tmp_path):
+    """Memory forcing: base is at chance with no path to the writes, so its drop (none) says nothing
+    of what a growing state does as W grows; the tensor's drop cannot be credited to its fixed size."""
+    b = RunBuilder(tmp_path)
+    c = CHANCE["coordinate_binding"]
+    for w, tensor in ((5, 0.95), (40, 0.30)):
+        for seed in range(3):
+            for model, accuracy in (("tensor", tensor - 0.004 * seed), ("base", c + 0.001 * seed)):
+                cid = b.cell("coordinate_binding", model, seed, (w, 0.0), {(w, 0.0): accuracy})
+                patch(tmp_path, cid, convergence={"converged": True},
+                      reach={"init": {"ratio": 0.0}, "trained": {"ratio": 0.0}} if model == "base" else None)
+    b.manifest()
+    claim = check_claim(load_run(tmp_path), "saturation")
+    assert claim.verdict == INCONCLUSIVE, claim.reason
+    assert "no growing-state reference (base, base_wide) learned the task at n_writes=5" in claim.reason

@@ -41,7 +41,7 @@ def cmd_list(args) -> int:
 
     from ..contracts.task import level_key
     from ..harness.plan import Overrides, load_profile, plan_task, profile_names
-    from ..registry import BACKBONES, backbone_names, get_task, task_names
+    from ..registry import BACKBONES, TASKS, backbone_names, get_task, task_names
 
     console = Console(highlight=False, soft_wrap=True)
     profiles = {name: load_profile(name) for name in profile_names()}
@@ -71,6 +71,8 @@ def cmd_list(args) -> int:
                     where = f"; trained at {' | '.join(trained)}"
                 models = ", ".join(dict.fromkeys(c.label for c in cells))
                 console.print(escape(f"    {pname} [{variant}]: {grid}{where}; models {models}"))
+    for extra, names in TASKS.missing_extras.items():
+        console.print(escape(f"  ({len(names)} {extra} tasks need the {extra} extra: pip install -e \".[{extra}]\")"))
     console.print("[bold]models[/bold]: " + ", ".join(backbone_names()))
     for name in BACKBONES.plugin_names():
         try:

@@ -13,6 +13,7 @@ from .catalogue import cmd_check, cmd_list
 from .leaderboard import add_leaderboard_parser, cmd_leaderboard
 from .probe import add_probe_parser, cmd_probe
 from .run import cmd_jobs, cmd_report, cmd_run
+from .validity import add_validity_parser, cmd_validity
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_leaderboard_parser(sub, debug, _Parser)
     add_probe_parser(sub, debug)
+    add_validity_parser(sub, debug)
     return parser
 
 
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"run": cmd_run, "list": cmd_list, "report": cmd_report, "check": cmd_check,
-                    "leaderboard": cmd_leaderboard, "jobs": cmd_jobs, "probe": cmd_probe}
+                    "leaderboard": cmd_leaderboard, "jobs": cmd_jobs, "probe": cmd_probe,
+                    "validity": cmd_validity}
         # A user's own commands may name their own modules; the leaderboard's names come from
         # entries, and it trusts them only under --allow-module-names.
         with module_names(args.command != "leaderboard"):

@@ -112,7 +112,19 @@ class Overrides:
 
 
 def profile_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("tmem_bench.profiles").iterdir() if p.name.endswith(".toml"))
+    """The built-in profiles, less those whose tasks need an extra that is not installed (naming
+    one still loads it, and planning it says what to install)."""
+    missing = {name for names in TASKS.missing_extras.values() for name in names}
+    found = sorted((p for p in resources.files("tmem_bench.profiles").iterdir() if p.name.endswith(".toml")),
+                   key=lambda p: p.name)
+    return [p.name[:-5] for p in found
+            if not missing or not missing & set(tomllib.loads(p.read_text("utf-8")).get("tasks", {}))]
+
+
+def _needs_extra(name: str) -> None:
+    """A UsageError saying what to install, where `name` is a task of an extra that is not installed."""
+    if any(name in names for names in TASKS.missing_extras.values()):
+        TASKS.get(name)
 
 
 def load_profile(name: str) -> dict:
@@ -124,7 +136,7 @@ def load_profile(name: str) -> dict:
         if not path.is_file():
             raise UsageError(f"profile file {name!r} does not exist")
         data = path.read_bytes()
-    elif name in profile_names():
+    elif name.isidentifier() and resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").is_file():
         data = resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_bytes()
     else:
         raise UsageError(f"unknown profile {name!r}; known: {', '.join(profile_names())} (or a path to a .toml file)")
@@ -378,6 +390,7 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
     known = task_names()
     for name in profile["tasks"]:
         if name not in TASKS and ":" not in name:
+            _needs_extra(name)
             raise UsageError(f"profile {profile_name!r} names unknown task {name!r}; known: {', '.join(known)} "
                              "(or module:attribute)")
         TASKS.get(name)  # a plug-in task that cannot be loaded is named here
@@ -386,6 +399,7 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
     elif task in TASKS or ":" in task:
         names = [task]
     else:
+        _needs_extra(task)
         raise UsageError(f"unknown task {task!r}; known: {', '.join(known)}, all (or module:attribute)")
     plans = [plan_task_searches(name, profile, overrides) for name in names]
     plan = Plan([c for p in plans for c in p.cells], [s for p in plans for s in p.searches])

@@ -181,6 +181,8 @@ def rows(result: dict) -> list[dict]:
             "device": result.get("device"),
             "hardware": result.get("hardware"),
         }
+        if ev.get("closed_loop"):  # a task with an environment: the model acting in it (harness.closed_loop)
+            row["normalised_return"] = ev["closed_loop"]["mean_return"]
         for axis, value in ev["level"].items():
             row[axis] = value
         for axis, value in cell["train_level"].items():

@@ -17,6 +17,7 @@ from ..diagnostics.convergence import convergence, early_stop_rule, should_stop
 from ..diagnostics.reach import reach_probe
 from ..registry import get_backbone, get_task
 from ..version import __version__
+from .closed_loop import closed_loop_score
 from .plan import Cell
 
 EVAL_BATCH = 512
@@ -214,6 +215,7 @@ def train_cell(
             "ceiling": task.ceiling(level, eval_batch),
             "n": eval_batch["target"].numel(),
             "fingerprint": fp,
+            **closed_loop_score(task, model, level, device),  # where the task has an environment to act in
         })
 
     validation_accuracy, validation_loss = evaluate(model, validation_batch, device)

@@ -8,6 +8,7 @@ import pandas as pd
 from .capacity import capacity_groups, capacity_section
 from .claims import Claim, ClaimSpec, PowerSpec, load_claims
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
+from .external import external_section
 from .power import model_rows, power_lines, power_rule
 from .selection import selection_lines
 from .stats import BOOTSTRAP_FROM, N_BOOT, interval_label
@@ -74,9 +75,10 @@ def _how_to_read(data: RunData) -> list[str]:
            f"Accuracy is measured on each level's fixed evaluation set. Means are over seeds; intervals are 95% "
            f"intervals of the mean over seeds: Student's t intervals (n-1 degrees of freedom; Welch's for a "
            f"difference) below {BOOTSTRAP_FROM} seeds, where a bootstrap cannot see the spread, and percentile-bootstrap "
-           f"intervals ({N_BOOT:,} resamples, seeded, so the report is reproducible) from {BOOTSTRAP_FROM} up; this "
-           f"run's intervals are {interval_label([max_seeds])} intervals. Chance (best constant predictor) and ceiling (best accuracy the information in the "
-           f"evaluation set allows) are drawn as dashed and dotted lines.",
+           f"intervals ({N_BOOT:,} resamples, seeded, so the report is reproducible) from {BOOTSTRAP_FROM} up"
+           + (f"; this run's are {interval_label([max_seeds])} intervals" if max_seeds > 1 else "")
+           + ". Chance (best constant predictor) and ceiling (best accuracy the information in the evaluation set "
+           "allows) are drawn as dashed and dotted lines.",
            ""]
     if max_seeds == 1:
         out.append("**This run has one seed per cell, so every interval collapses to its mean: the bands and "
@@ -299,7 +301,7 @@ def render_markdown(data: RunData, figures: dict, summary: pd.DataFrame, claims:
     out += _models(data, power_spec) + _how_to_read(data) + _power(data, power, power_spec) + _state_probe(data) + _claims(data, claims)
     out += selection_lines(data)
     out += _summary(summary)
-    out += _accuracy(data, figures) + capacity_section(data, figures)
+    out += _accuracy(data, figures) + capacity_section(data, figures) + external_section(data)
     out += _reliance(summary, figures) + _gates(data, figures) + _no_harm(data, no_harm, no_harm_spec)
     out += _training(data, figures)
     return "\n".join(out).rstrip() + "\n"

@@ -203,6 +203,13 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     _per_panel(claim, spec, data, [spec.memory, *spec.baselines, load_power().attention_reference], check)
 
 
+def _learned(rows_: pd.DataFrame) -> bool:
+    """More than the power rule's learned margin above chance (a blind model, at chance by
+    construction, has learned nothing either)."""
+    return not rows_.empty and not load_power().nothing_learned(float(per_seed(rows_).mean()),
+                                                                float(rows_["chance"].mean()))
+
+
 def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
     """The memory model's accuracy falls from the fewest to the most levels of the sweep clearly more
     than that of a growing-state reference trained and read the same way: only that part of a drop
@@ -227,7 +234,7 @@ def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             return {**evidence, "why": "an extrapolation drop: trained at one level, so it mixes length "
                                        "generalisation with capacity"}, NOT_TESTABLE, [], []
         refs = {m: d for m in model_order(rows_) if m in spec.references
-                and not point(rows_[(rows_["label"] == m) & (rows_[x_axis] == x_lo)]).nothing_learned
+                and _learned(rows_[(rows_["label"] == m) & (rows_[x_axis] == x_lo)])
                 and (d := _drops(rows_, m, x_axis, x_lo, x_hi)).size}
         read = [point(lo), point(hi)]
         if not refs:

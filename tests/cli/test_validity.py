@@ -1,0 +1,36 @@
+"""`tmem-bench validity TOY_RUN... EXTERNAL_RUN`: the table, its files and its one-line refusals."""
+import pandas as pd
+import pytest
+
+from tests.helpers import ROOT, cli, one_line_error
+
+STUDY = ROOT / "docs/runs/study_converge"
+
+
+def test_one_run_is_refused_in_one_line(capsys):
+    one_line_error(*cli(["validity", STUDY], capsys)[::2], "at least one toy run and the external run")
+
+
+def test_a_toy_run_given_as_the_external_one_is_refused_in_one_line(capsys, tmp_path):
+    one_line_error(*cli(["validity", STUDY, STUDY, "--out", tmp_path], capsys)[::2], "no closed-loop returns")
+
+
+def test_validity_of_a_tiny_external_run_writes_its_table_figure_and_markdown(tmp_path, capsys):
+    pytest.importorskip("popgym")
+    from tmem_bench.harness.plan import Overrides, plan_run
+    from tmem_bench.harness.runner import run_plan
+
+    plan = plan_run("popgym_repeat_first", "external",
+                    Overrides(models=["lstm", "base", "linear"], steps=2, seeds=[0, 1]))
+    run_plan([c for c in plan.cells if c.train["lr"] == 1e-3], tmp_path / "ext", device="cpu")
+    code, out, err = cli(["validity", STUDY, ROOT / "docs/runs/capacity_converge", tmp_path / "ext",
+                          "--resamples", "100"], capsys)
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "ext/validity/validity.csv")
+    # 3 study scores and 4 capacity scores, against accuracy, return and the mean return
+    assert len(table) == 7 * 3 and set(table["n_models"]) == {3}
+    assert set(table["models"]) == {"base linear lstm"}
+    assert table["tau"].between(-1, 1).all()
+    for name in ("validity.md", "validity.png", "validity.svg"):
+        assert (tmp_path / "ext/validity" / name).is_file()
+    assert "written:" in out and "tau" in out
