@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -82,6 +83,12 @@ def planned_cells(run: dict, profile: dict, results: dict[str, dict] | None = No
         overrides = Overrides(**run["overrides"])
     except TypeError as e:
         raise UsageError(f"the run's overrides are not ones this suite knows: {e}") from None
+    # Cells stop where their own settings say: an entry trained under an earlier early-stopping rule
+    # is planned with the rule its cells record, not the one claims.toml holds now.
+    rules = {json.dumps(r["cell"]["train"]["early_stop"], sort_keys=True) for r in (results or {}).values()
+             if isinstance(r["cell"]["train"].get("early_stop"), dict)}
+    if len(rules) == 1:
+        overrides = replace(overrides, early_stop=json.loads(rules.pop()))
     task = run["task"]
     names = [t for t in parsed.get("tasks", {}) if t in task_names()] if task == "all" else [task]
     plans = [plan_task_searches(name, parsed, overrides) for name in names]
