@@ -3,6 +3,7 @@ in its id, only where it is set; every batch drawn at a level from the range; a 
 the same numbers; bad settings refused in one line."""
 import pytest
 
+from tests.harness.helpers import killed_on
 from tests.profiles import tiny_profile
 from tmem_bench.errors import UsageError
 from tmem_bench.harness import runner
@@ -49,13 +50,7 @@ def test_a_killed_mixed_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     whole = {r["cell_id"]: r for r in runner.run_plan(cells, tmp_path / "whole", device="cpu")}
     real, calls = runner.train_cell, []
 
-    def killed_on_second(cell, *args, **kwargs):
-        calls.append(cell.id)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(cell, *args, **kwargs)
-
-    monkeypatch.setattr(runner, "train_cell", killed_on_second)
+    monkeypatch.setattr(runner, "train_cell", killed_on(2, real, calls))  # dies midway through the second cell
     with pytest.raises(KeyboardInterrupt):
         runner.run_plan(cells, tmp_path / "resumed", device="cpu")
     monkeypatch.setattr(runner, "train_cell", real)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import tmem_bench
-from tests.harness.helpers import second_seed_profile, selection_profile, tiny_cells, write_profile
+from tests.harness.helpers import killed_on, second_seed_profile, selection_profile, tiny_cells, write_profile
 from tests.helpers import write_one_cell
 from tmem_bench.harness import runner, selection
 from tmem_bench.harness.estimate import plan_rows
@@ -21,13 +21,7 @@ def test_resume_skips_finished_cells_and_reruns_a_killed_one(tmp_path, monkeypat
     real = runner.train_cell
     calls = []
 
-    def killed_on_second(cell, *args, **kwargs):
-        calls.append(cell.id)
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # the process dies midway through the second cell
-        return real(cell, *args, **kwargs)
-
-    monkeypatch.setattr(runner, "train_cell", killed_on_second)
+    monkeypatch.setattr(runner, "train_cell", killed_on(2, real, calls))  # dies midway through the second cell
     with pytest.raises(KeyboardInterrupt):
         runner.run_plan(cells, tmp_path, device="cpu")
     assert RunDir(tmp_path).cell_path(cells[0].id).exists()

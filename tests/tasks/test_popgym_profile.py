@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("popgym")
 
+from tests.harness.helpers import killed_on  # noqa: E402
 from tests.helpers import ROOT  # noqa: E402
 from tmem_bench.harness import runner  # noqa: E402
 from tmem_bench.harness.plan import Overrides, load_profile, plan_run  # noqa: E402
@@ -47,13 +48,7 @@ def test_a_run_of_the_external_profile_killed_midway_resumes_and_records_both_sc
     assert len(cells) == 2
     real, calls = runner.train_cell, []
 
-    def killed_on_second(cell, *args, **kwargs):
-        calls.append(cell.id)
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # the process dies midway through the second cell
-        return real(cell, *args, **kwargs)
-
-    monkeypatch.setattr(runner, "train_cell", killed_on_second)
+    monkeypatch.setattr(runner, "train_cell", killed_on(2, real, calls))  # dies midway through the second cell
     with pytest.raises(KeyboardInterrupt):
         runner.run_plan(plan, tmp_path, device="cpu")
     assert RunDir(tmp_path).cell_path(cells[0].id).exists() and not RunDir(tmp_path).cell_path(cells[1].id).exists()
