@@ -28,7 +28,7 @@ def verdicts(text: str) -> dict[str, str]:
             out[f"claim: {claim}"] = m["verdict"]
         if claim and (m := VARIANT.match(line)):
             out[f"claim: {claim} [{m['variant']}]"] = m["verdict"]
-        if line.startswith(POWER_HEADER) and "| best model |" in line:
+        if line.startswith(POWER_HEADER) and "| best model" in line:
             power, header = True, [c.strip() for c in line.strip("|").split("|")]
             continue
         if power:
