@@ -41,7 +41,9 @@ import torch.nn.functional as F
 
 from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, Batch, Task, split_batch
+from ..errors import UsageError
 from ..levels import Level, level_key
+from .probe_readouts import READOUTS, Layout, applicable, build_readout
 
 NO_STATE = "no state to probe"
 PROBED = "probed"
@@ -49,9 +51,17 @@ PROBED = "probed"
 
 @dataclass(frozen=True)
 class ReadoutConfig:
-    width: int = 256  # hidden units: learned features of the state, each gated by one of the query
-    query_width: int = 128  # hidden layer of the query's network g
-    steps: int = 600
+    readouts: tuple[str, ...] = READOUTS  # the family trained; the best on validation is chosen
+    width: int = 256  # gated: hidden units, learned features of the state, each gated by one of the query
+    query_width: int = 128  # the query's network in gated, bilinear and attention
+    mlp_width: int = 512
+    bilinear_units: int = 64
+    bilinear_query: int = 64  # rank of each bilinear unit: the query features it reads
+    bilinear_rank: int = 256  # the state's bottleneck before the units
+    attention_width: int = 64
+    attention_heads: int = 4
+    learned_rows: int = 32  # rows a flat state is mapped to
+    steps: int = 1500
     batch_size: int = 64  # fresh training sequences per step
     queries: int = 16  # queries per training sequence, where the task takes an `n_queries` option
     lr: float = 1e-3
@@ -60,36 +70,31 @@ class ReadoutConfig:
     validate_every: int = 250
     seed: int = 0
 
+    def __post_init__(self):
+        unknown = [r for r in self.readouts if r not in READOUTS]
+        if unknown or not self.readouts:
+            raise UsageError(f"readouts {', '.join(unknown) or '(none)'} unknown; known: {', '.join(READOUTS)}")
+
 
 def describe_readout(config: ReadoutConfig = ReadoutConfig()) -> str:
-    """One paragraph a report can print: what the readout is, its capacity, seeds and steps."""
+    """One paragraph a report can print: the readout family, its capacity, seeds and steps."""
     c = config
     return (
         f"State probe: each trained model is frozen and run over the evidence tokens of a sequence; the "
-        f"recurrent state it then holds (every tensor of its memory_state hook, flattened into one vector s) and "
-        f"each query token q (the model's input embedding of it) are standardised and read by a readout of fixed "
-        f"capacity, the same for every memory: logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden "
-        f"units and g a one-hidden-layer network of width {c.query_width}, so that every state is read through "
-        f"{c.width} learned linear features (W_s alone grows with the state). It is trained with AdamW (lr {c.lr:g}, "
-        f"weight decay {c.weight_decay:g}) for {c.steps} steps of {c.batch_size} fresh sequences"
-        f" ({c.queries} queries each where the task's n_queries can be set), from readout seed {c.seed} and data seeds "
-        f"of its own; the weights best on {c.validation_size} validation sequences of its own (checked every "
-        f"{c.validate_every} steps) are scored on the cell's evaluation set, the sequences of the model's own "
-        f"accuracy. A model whose backbone has no memory_state hook (attention alone) has no state to probe."
+        f"recurrent state it then holds (every tensor of its memory_state hook) and each query token q (the "
+        f"model's input embedding of it) are standardised and read by each readout of a family "
+        f"({', '.join(c.readouts)}): gated, logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden "
+        f"units; mlp, two hidden layers of {c.mlp_width} over [s, q]; bilinear, {c.bilinear_units} units each a "
+        f"rank-{c.bilinear_query} bilinear form of q and the state (through a rank-{c.bilinear_rank} bottleneck); "
+        f"attention, {c.attention_heads}-head attention (width {c.attention_width}) of q over the state's rows "
+        f"(last axis as features, or for attention_first the first; a flat tensor mapped to {c.learned_rows} "
+        f"learned rows). Each is trained with AdamW (lr {c.lr:g}, weight decay {c.weight_decay:g}) for {c.steps} "
+        f"steps of {c.batch_size} fresh sequences ({c.queries} queries each where the task's n_queries can be "
+        f"set), from readout seed {c.seed} and data seeds of its own; the readout and weights best on "
+        f"{c.validation_size} validation sequences of its own (checked every {c.validate_every} steps) are chosen "
+        f"and scored on the cell's evaluation set, the sequences of the model's own accuracy. A model whose "
+        f"backbone has no memory_state hook (attention alone) has no state to probe."
     )
-
-
-class Readout(nn.Module):
-    def __init__(self, state_dim: int, query_dim: int, n_classes: int, config: ReadoutConfig):
-        super().__init__()
-        self.state = nn.Linear(state_dim, config.width)
-        self.query = nn.Sequential(nn.Linear(query_dim, config.query_width), nn.ReLU(),
-                                   nn.Linear(config.query_width, config.width))
-        self.out = nn.Linear(config.width, n_classes)
-
-    def forward(self, state: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-        """state (B, n), queries (B, Q, d) -> logits (B, Q, n_classes)."""
-        return self.out(F.relu(self.state(state)[:, None] * self.query(queries)))
 
 
 def probe_seed(task: Task, level: Level, part: str) -> int:
@@ -116,6 +121,8 @@ class StateReader:
     def __init__(self, model: TaskModel, task: Task, level: Level):
         self.model, self.task, self.level = model.eval(), task, level
 
+        self.layout: Layout | None = None  # the state tensors' shapes without the batch, once read
+
     @torch.no_grad()
     def __call__(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """(states (B, n), queries (B, Q, d), targets (B, Q)), or None without a state to probe."""
@@ -126,6 +133,7 @@ class StateReader:
             state = self.model.memory_state(part, length)
             if not state:
                 return None
+            self.layout = [tuple(state[name].shape[1:]) for name in sorted(state)]
             states.append(torch.cat([state[name].flatten(1).float() for name in sorted(state)], dim=1))
             queries.append(self.model.adapter(part)[:, answers])
         queries = torch.cat(queries)
@@ -149,7 +157,7 @@ class Standardise:
 
 
 @torch.no_grad()
-def accuracy(readout: Readout, data) -> float:
+def accuracy(readout: nn.Module, data) -> float:
     states, queries, target = data
     correct = sum((readout(s, q).argmax(-1) == t).sum().item()
                   for s, q, t in zip(states.split(512), queries.split(512), target.split(512)))
@@ -158,9 +166,11 @@ def accuracy(readout: Readout, data) -> float:
 
 def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, config: ReadoutConfig,
                 train_task: Task | None = None) -> dict:
-    """Train the readout on `model`'s frozen states at `level` and score it on `eval_batch`:
-    {"status", "probe_accuracy", "probe_validation_accuracy", "best_step", "state_floats"}.
-    `train_task` (default `task`) draws the training sequences, with more queries each where it can."""
+    """Train every readout of the family on `model`'s frozen states at `level`, choose the best on the
+    probe's validation sequences and score it on `eval_batch`: {"status", "readout", "probe_accuracy",
+    "probe_validation_accuracy", "best_step", "state_floats", "readouts"}, the last every member's
+    {"validation", "evaluation", "best_step"}. `train_task` (default `task`) draws the training
+    sequences, with more queries each where it can."""
     if task.reach_positions(level, eval_batch) is None:
         return {"status": f"not probed: task {task.name!r} marks no evidence and answer tokens"}
     train_task = train_task or task
@@ -175,23 +185,33 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
         level, config.validation_size, torch.Generator().manual_seed(probe_seed(task, level, "validation")))))
     evaluation = standardise(evaluation)
 
-    torch.manual_seed(config.seed)
-    readout = Readout(evaluation[0].shape[1], evaluation[1].shape[2], task.n_classes, config)
-    optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    names = [name for name in config.readouts if applicable(name, read.layout)]
+    members = {}
+    for name in names:
+        torch.manual_seed(config.seed)  # every member starts from the same seed, whichever others are trained
+        readout = build_readout(name, read.layout, evaluation[1].shape[2], task.n_classes, config)
+        optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        members[name] = [readout, optimizer, (-1.0, 0, None)]
     generator = torch.Generator().manual_seed(probe_seed(task, level, "train"))
-    best = (-1.0, 0, None)
     for step in range(1, config.steps + 1):
+        # One draw of states per step, read by every member: the frozen model runs once, not once per readout.
         states, queries, target = standardise(draw(train_task.sample(level, config.batch_size, generator)))
-        loss = F.cross_entropy(readout(states, queries).flatten(0, 1), target.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if step % config.validate_every == 0 or step == config.steps:
-            score = accuracy(readout, validation)
-            if score >= best[0]:  # on a tie, the longer trained
-                best = (score, step, {k: v.clone() for k, v in readout.state_dict().items()})
-    readout.load_state_dict(best[2])
-    return {"status": PROBED, "probe_accuracy": accuracy(readout, evaluation), "probe_validation_accuracy": best[0],
-            "best_step": best[1], "state_floats": evaluation[0].shape[1]}
-
-
+        for member in members.values():
+            readout, optimizer, best = member
+            loss = F.cross_entropy(readout(states, queries).flatten(0, 1), target.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step % config.validate_every == 0 or step == config.steps:
+                score = accuracy(readout, validation)
+                if score >= best[0]:  # on a tie, the longer trained
+                    member[2] = (score, step, {k: v.clone() for k, v in readout.state_dict().items()})
+    report = {}
+    for name, (readout, _, (score, step, weights)) in members.items():
+        readout.load_state_dict(weights)
+        report[name] = {"validation": score, "evaluation": accuracy(readout, evaluation), "best_step": step}
+    # The first in the family's order wins a tie, so the choice does not hang on dictionary order.
+    chosen = max(names, key=lambda n: (report[n]["validation"], -names.index(n)))
+    return {"status": PROBED, "readout": chosen, "probe_accuracy": report[chosen]["evaluation"],
+            "probe_validation_accuracy": report[chosen]["validation"], "best_step": report[chosen]["best_step"],
+            "state_floats": evaluation[0].shape[1], "readouts": report}
