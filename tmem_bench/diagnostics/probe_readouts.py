@@ -12,10 +12,16 @@ probe's own validation sequences chosen (state_probe.py):
   hidden_k = relu(z_k(s) . g(q) + b_k) with z(s) a linear map of s through a rank-R bottleneck:
   reads a key-value matrix exactly (its columns are z, the query's features g), rotated or not;
 - attention: multi-head attention of the query over the state's rows, each row's key and value a
-  small network of the row and a learned embedding of its position. Rows are the last axis of each
-  tensor (B, ..., d) with every other axis indexing rows, or, for `attention_first`, the first
-  axis after the batch (B, C, ...), channels first as a voxel grid holds them; a flat tensor (B, n)
-  is mapped by a learned linear map to `learned_rows` rows, which undoes a rotation of a table.
+  small network of the row and a learned embedding of its position: matches the query against
+  stored keys, as a slot table needs;
+- rows_linear: a sum of the rows weighted by the query alone, one learned weight per row
+  position, w(q) . E(rows): the read of a key-value matrix (S^T phi(q), its rows indexed by key
+  features) and of a grid (the query's cell), which softmax attention over content reaches slowly.
+
+Rows (`rows_of`): in a tensor (B, ..., d) the last axis holds a row's features and every other
+axis indexes rows, except in a grid, a tensor of four or more axes whose last three are equal
+(B, C, G, G, G), whose channels come first, as Tensor Memory holds them; a flat tensor (B, n) is
+mapped by a learned linear map to `learned_rows` rows, which can undo a rotation of a table.
 
 Every readout takes the state as one standardised vector s (B, n), the concatenation of the
 flattened tensors in `layout` order, and the query tokens (B, Q, d).
@@ -30,15 +36,18 @@ import torch.nn.functional as F
 
 Layout = list[tuple[int, ...]]  # each state tensor's shape without the batch, in the order s concatenates them
 
-READOUTS = ("gated", "mlp", "bilinear", "attention", "attention_first")
+READOUTS = ("gated", "mlp", "bilinear", "attention", "rows_linear")
 
 
-def applicable(name: str, layout: Layout) -> bool:
-    """Whether readout `name` reads a state of this layout differently from the others: channels first
-    only where some tensor has two or more axes besides its features."""
-    if name == "attention_first":
-        return any(len(shape) >= 3 for shape in layout)
-    return name in READOUTS
+def is_grid(shape: tuple[int, ...]) -> bool:
+    return len(shape) >= 4 and shape[-1] == shape[-2] == shape[-3]
+
+
+def rows_of(t: torch.Tensor) -> torch.Tensor:
+    """(B, *shape) -> (B, rows, features), `shape` of two or more axes (see the module's note)."""
+    if is_grid(tuple(t.shape[1:])):
+        t = t.movedim(1, -1)
+    return t.reshape(t.shape[0], -1, t.shape[-1])
 
 
 def mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
@@ -90,48 +99,54 @@ class Bilinear(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, layout: Layout, query_dim: int, n_classes: int, config, channels_first: bool = False):
+    """Softmax attention over the rows (`linear=False`) or their sum weighted by the query alone (`linear=True`)."""
+
+    def __init__(self, layout: Layout, query_dim: int, n_classes: int, config, linear: bool = False):
         super().__init__()
-        r, self.heads = config.attention_width, config.attention_heads
-        self.layout, self.channels_first, self.learned = layout, channels_first, config.learned_rows
+        r, self.heads, self.linear = config.attention_width, config.attention_heads, linear
+        self.layout, self.learned = layout, config.learned_rows
         self.sizes = [math.prod(s) for s in layout]
         embed, positions = [], []
         for shape in layout:
             if len(shape) == 1:  # flat: rows made by a learned linear map
                 embed.append(nn.Linear(shape[0], self.learned * r))
-                positions.append(nn.Parameter(torch.zeros(self.learned, r)))
+                count = self.learned
             else:
-                width = shape[0] if channels_first and len(shape) >= 3 else shape[-1]
+                width = shape[0] if is_grid(shape) else shape[-1]
                 embed.append(nn.Linear(width, r))
-                positions.append(nn.Parameter(torch.randn(math.prod(shape) // width, r) * 0.1))
+                count = math.prod(shape) // width
+            positions.append(nn.Parameter(torch.randn(count, r) * 0.1))
         self.embed, self.positions = nn.ModuleList(embed), nn.ParameterList(positions)
-        self.key, self.value = mlp(r, r, r), mlp(r, r, r)
+        n_rows = sum(p.shape[0] for p in positions)
         self.query = mlp(query_dim, config.query_width, r)
+        if linear:
+            self.weights = nn.Linear(r, n_rows * self.heads)  # one weight per row and head, from the query alone
+            self.value = nn.Linear(r, r)
+        else:
+            self.key, self.value = mlp(r, r, r), mlp(r, r, r)
         self.out = mlp(2 * r, config.query_width, n_classes)
 
     def rows(self, state: torch.Tensor) -> torch.Tensor:  # (B, n) -> (B, N, r)
         B, out = state.shape[0], []
         for part, shape, embed, pos in zip(state.split(self.sizes, 1), self.layout, self.embed, self.positions):
-            if len(shape) == 1:
-                rows = embed(part).view(B, self.learned, -1)
-            else:
-                t = part.view(B, *shape)
-                if self.channels_first and len(shape) >= 3:
-                    t = t.movedim(1, -1)
-                rows = embed(t.reshape(B, -1, t.shape[-1]))
-            out.append(rows + pos)
+            rows = embed(part).view(B, self.learned, -1) if len(shape) == 1 else embed(rows_of(part.view(B, *shape)))
+            out.append(rows if self.linear else rows + pos)
         return torch.cat(out, 1)
 
     def forward(self, state: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         rows = self.rows(state)
         B, N, r = rows.shape
-        h = self.heads
-        k = self.key(rows).view(B, N, h, r // h)
-        v = self.value(rows).view(B, N, h, r // h)
+        h, e = self.heads, r // self.heads
         q = self.query(queries)  # (B, Q, r)
-        weights = torch.einsum("bqhe,bnhe->bhqn", q.view(B, -1, h, r // h), k) / math.sqrt(r // h)
-        read = torch.einsum("bhqn,bnhe->bqhe", weights.softmax(-1), v).reshape(B, -1, r)
-        return self.out(torch.cat([read, q], -1))
+        v = self.value(rows).view(B, N, h, e)
+        if self.linear:
+            weights = self.weights(q).view(B, -1, N, h).transpose(2, 3)  # (B, Q, h, N)
+            read = torch.einsum("bqhn,bnhe->bqhe", weights, v) / math.sqrt(N)
+        else:
+            k = self.key(rows).view(B, N, h, e)
+            scores = torch.einsum("bqhe,bnhe->bqhn", q.view(B, -1, h, e), k) / math.sqrt(e)
+            read = torch.einsum("bqhn,bnhe->bqhe", scores.softmax(-1), v)
+        return self.out(torch.cat([read.reshape(B, -1, r), q], -1))
 
 
 def build_readout(name: str, layout: Layout, query_dim: int, n_classes: int, config) -> nn.Module:
@@ -141,6 +156,6 @@ def build_readout(name: str, layout: Layout, query_dim: int, n_classes: int, con
         return MLP(layout, query_dim, n_classes, config)
     if name == "bilinear":
         return Bilinear(layout, query_dim, n_classes, config)
-    if name in ("attention", "attention_first"):
-        return Attention(layout, query_dim, n_classes, config, channels_first=name == "attention_first")
+    if name in ("attention", "rows_linear"):
+        return Attention(layout, query_dim, n_classes, config, linear=name == "rows_linear")
     raise ValueError(f"unknown readout {name!r}; known: {', '.join(READOUTS)}")

@@ -43,7 +43,7 @@ from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, Batch, Task, split_batch
 from ..errors import UsageError
 from ..levels import Level, level_key
-from .probe_readouts import READOUTS, Layout, applicable, build_readout
+from .probe_readouts import READOUTS, Layout, build_readout
 
 NO_STATE = "no state to probe"
 PROBED = "probed"
@@ -57,7 +57,7 @@ class ReadoutConfig:
     mlp_width: int = 512
     bilinear_units: int = 64
     bilinear_query: int = 64  # rank of each bilinear unit: the query features it reads
-    bilinear_rank: int = 256  # the state's bottleneck before the units
+    bilinear_rank: int = 1024  # the state's bottleneck before the units
     attention_width: int = 64
     attention_heads: int = 4
     learned_rows: int = 32  # rows a flat state is mapped to
@@ -87,8 +87,8 @@ def describe_readout(config: ReadoutConfig = ReadoutConfig()) -> str:
         f"units; mlp, two hidden layers of {c.mlp_width} over [s, q]; bilinear, {c.bilinear_units} units each a "
         f"rank-{c.bilinear_query} bilinear form of q and the state (through a rank-{c.bilinear_rank} bottleneck); "
         f"attention, {c.attention_heads}-head attention (width {c.attention_width}) of q over the state's rows "
-        f"(last axis as features, or for attention_first the first; a flat tensor mapped to {c.learned_rows} "
-        f"learned rows). Each is trained with AdamW (lr {c.lr:g}, weight decay {c.weight_decay:g}) for {c.steps} "
+        f"(the last axis as features, channels first in a grid, a flat tensor mapped to {c.learned_rows} learned "
+        f"rows); rows_linear, the same rows summed with weights of q alone, one per row position. Each is trained with AdamW (lr {c.lr:g}, weight decay {c.weight_decay:g}) for {c.steps} "
         f"steps of {c.batch_size} fresh sequences ({c.queries} queries each where the task's n_queries can be "
         f"set), from readout seed {c.seed} and data seeds of its own; the readout and weights best on "
         f"{c.validation_size} validation sequences of its own (checked every {c.validate_every} steps) are chosen "
@@ -185,7 +185,7 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
         level, config.validation_size, torch.Generator().manual_seed(probe_seed(task, level, "validation")))))
     evaluation = standardise(evaluation)
 
-    names = [name for name in config.readouts if applicable(name, read.layout)]
+    names = list(config.readouts)
     members = {}
     for name in names:
         torch.manual_seed(config.seed)  # every member starts from the same seed, whichever others are trained
