@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import UsageError, check_int
-from .args import parse_train_at
+from .args import number
 
 
 def add_probe_parser(sub, debug) -> None:
@@ -84,9 +84,13 @@ def _calibrate(args, config) -> int:
     if unknown:
         raise UsageError(f"--references: unknown {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
     task = get_task("coordinate_binding", block_queries=True)
-    level = parse_train_at(args.level)
-    if not isinstance(level, dict):
-        raise UsageError(f"--level {args.level!r} is malformed; expected AXIS=V,AXIS=V (for example n_writes=10,noise=0.05)")
+    level = {}
+    for item in args.level.split(","):
+        axis, sep, value = item.partition("=")
+        if not sep or not axis or not value:
+            raise UsageError(f"--level {args.level!r} is malformed; expected AXIS=V,AXIS=V "
+                             "(for example n_writes=10,noise=0.05)")
+        level[axis] = number(value, f"--level {axis}")
     level = task.validate_level(level)
     train_task = get_task("coordinate_binding", block_queries=True, n_queries=config.queries)
     columns = list(config.readouts)
