@@ -31,12 +31,21 @@ def test_the_slot_table_holds_every_key_and_value_and_the_half_one_every_second(
     assert torch.equal(half[:, ::2], rows[:, ::2]) and not half[:, 1::2].any()
 
 
+def test_mixed_rows_are_the_rows_under_one_rotation_and_the_key_value_matrix_rotated_on_both_sides():
+    rows, mixed = state("slots")["slots"], state("slots_mixed")["slots"]
+    assert torch.allclose(rows.norm(dim=2).sort(1).values, mixed.norm(dim=2).sort(1).values, atol=1e-5)
+    assert not torch.allclose(rows, mixed)
+    S, turned = state("kv")["S"], state("kv_mixed")["S"]
+    assert torch.allclose(torch.linalg.svdvals(S), torch.linalg.svdvals(turned), atol=1e-4)
+    assert not torch.allclose(S, turned, atol=1e-2)
+
+
 def test_a_rotation_keeps_everything_and_changes_every_coordinate():
     for plain, rotated, key in (("slots", "slots_rotated", "slots"), ("kv", "kv_rotated", "S")):
         a, b = state(plain)[key].flatten(1), state(rotated)["state"]
         assert torch.allclose(a.norm(dim=1), b.norm(dim=1), rtol=1e-4)  # orthogonal: nothing lost
         assert (a - b).abs().mean() > 0.1 * a.abs().mean()
-    grid, turned = state("voxel")["grid"], state("voxel_rotated")["grid"]
+    grid, turned = state("voxel")["grid"], state("voxel_mixed")["grid"]
     assert torch.allclose(grid.flatten(2).norm(dim=1).sort(1).values, turned.flatten(2).norm(dim=1).sort(1).values,
                           atol=1e-5)  # every cell kept, in another place
     assert not torch.allclose(grid, turned)
@@ -68,7 +77,8 @@ def test_the_dense_vector_tells_apart_sequences_that_differ_in_one_write():
 def test_the_best_possible_reads_are_what_each_format_allows():
     chance = 1 / N
     assert best("slots") == best("slots_rotated") == best("dense") == 1.0
-    assert best("kv") == best("kv_rotated") > 0.95 and best("voxel") == best("voxel_rotated") > 0.9
+    assert best("slots_mixed") == 1.0
+    assert best("kv") == best("kv_rotated") == best("kv_mixed") > 0.95 and best("voxel") == best("voxel_mixed") > 0.9
     # Half the writes dropped: right where the nearest write was kept, chance where not.
     nearest = ((BATCH["queries"][:, :, None] - BATCH["keys"][:, None]) ** 2).sum(-1).argmin(-1)
     kept = (nearest % 2 == 0).float().mean().item()

@@ -13,11 +13,12 @@ whose best possible read is computed exactly on the same sequences:
 - dense: an LSTM-like vector, tanh of a fixed random linear map of all the writes (key, one-hot
   value) in order: injective, so it holds everything, but in no layout a readout knows.
 
-Each also under a fixed random rotation (slots and kv: one orthogonal matrix over the whole
-flattened state; voxel: one orthogonal matrix over every cell's channels and the cells permuted,
-rows kept, as a grid memory's learned channels would mix; dense is already a random mixing, so a
-rotation of it is another reference of the same kind and is not repeated), each with every second
-write dropped, a constant and fresh noise.
+Each also under a fixed random rotation of the whole flattened state (slots, kv: no rows left to
+find), and mixed as a trained memory's own projections mix it, the rows kept: slots and voxel, one
+orthogonal matrix over every row's features and the rows permuted; kv, an orthogonal matrix on each
+side, R_k S R_v^T, as learned key and value projections do (dense is already a random mixing, so a
+rotation of it is another reference of the same kind and is not repeated); each with every second
+write dropped; a constant; fresh noise.
 
 Best possible read, exactly on the evaluation sequences: the nearest written key's value (the task's
 oracle, 100%) for slots and dense, which hold every key and value exactly; for kv, the read the delta
@@ -64,12 +65,14 @@ class Reference:
 REFERENCES = (
     Reference("slots", "slots"),
     Reference("slots_rotated", "slots", rotated=True),
+    Reference("slots_mixed", "slots", rotated=True),
     Reference("slots_half", "slots", dropped=True, complete=False),
     Reference("kv", "kv", best_kind="own read"),
     Reference("kv_rotated", "kv", rotated=True, best_kind="own read"),
+    Reference("kv_mixed", "kv", rotated=True, best_kind="own read"),
     Reference("kv_half", "kv", dropped=True, complete=False, best_kind="own read"),
     Reference("voxel", "voxel", best_kind="own read"),
-    Reference("voxel_rotated", "voxel", rotated=True, best_kind="own read"),
+    Reference("voxel_mixed", "voxel", rotated=True, best_kind="own read"),
     Reference("voxel_half", "voxel", dropped=True, complete=False, best_kind="own read"),
     Reference("dense", "dense"),
     Reference("dense_half", "dense", dropped=True, complete=False),
@@ -86,8 +89,9 @@ def reference(name: str) -> Reference:
 
 
 def closest_reference(fmt: str | None) -> str | None:
-    """The information-complete reference of a state format, unrotated when a memory keeps the layout."""
-    return {"slots": "slots", "kv": "kv_rotated", "voxel": "voxel_rotated", "dense": "dense"}.get(fmt)
+    """The information-complete reference of a state format as a trained memory holds it: its rows
+    (where it has rows) mixed by projections the probe does not know."""
+    return {"slots": "slots_mixed", "kv": "kv_mixed", "voxel": "voxel_mixed", "dense": "dense"}.get(fmt)
 
 
 def state_format(model_name: str, backbone: nn.Module, state: dict[str, torch.Tensor]) -> str:
@@ -123,6 +127,10 @@ def _fixed_maps(n_values: int, n_writes: int) -> dict[str, torch.Tensor]:
         "rot_kv": _orthogonal(KV_FEATURES * n_values, g),
         "rot_cell": _orthogonal(n_values, g),
         "cell_order": torch.randperm(GRID ** 3, generator=g),
+        # Drawn after the others, so that adding them changed none of the maps above.
+        "rot_row": _orthogonal(row, g),
+        "row_order": torch.randperm(n_writes, generator=g),
+        "rot_key": _orthogonal(KV_FEATURES, g),
     }
 
 
@@ -179,6 +187,8 @@ class ReferenceMemory(nn.Module):
         fmt = self.ref.format
         if fmt == "slots":
             rows = torch.cat([keys, onehot], -1) * keep[None, :, None]  # (B, W, 3 + n)
+            if self.ref.name == "slots_mixed":
+                return {"slots": (rows @ self.rot_row.T)[:, self.row_order]}
             if self.ref.rotated:
                 return {"state": rows.flatten(1) @ self.rot_slots.T}  # (B, W (3 + n))
             return {"slots": rows}
@@ -187,6 +197,8 @@ class ReferenceMemory(nn.Module):
             return {"h": torch.tanh(rows.flatten(1) @ self.dense_w.T)}  # (B, DENSE_WIDTH)
         if fmt == "kv":
             S = self.delta_matrix(keys[:, keep], onehot[:, keep])  # (B, F, n)
+            if self.ref.name == "kv_mixed":
+                return {"S": self.rot_key @ S @ self.rot_cell.T}
             if self.ref.rotated:
                 return {"state": S.flatten(1) @ self.rot_kv.T}
             return {"S": S}
