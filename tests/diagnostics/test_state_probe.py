@@ -93,6 +93,7 @@ def test_the_probe_is_deterministic_for_its_seed():
     config = ReadoutConfig(width=16, query_width=16, mlp_width=16, bilinear_units=8, bilinear_query=8,
                            bilinear_rank=16, attention_width=16, learned_rows=4, steps=40, batch_size=16,
                            queries=QUERIES, validation_size=64, validate_every=20)
+    config = replace(config, readouts=READOUTS)
     first = probe(ExactSlots(), config)
     assert set(first["readouts"]) == set(READOUTS) and first == probe(ExactSlots(), config)
 

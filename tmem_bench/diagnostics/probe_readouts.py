@@ -37,6 +37,9 @@ import torch.nn.functional as F
 Layout = list[tuple[int, ...]]  # each state tensor's shape without the batch, in the order s concatenates them
 
 READOUTS = ("gated", "mlp", "bilinear", "attention", "rows_linear")
+# The family the probe trains unless told otherwise: bilinear reads no reference better than another
+# member does at the probe's budget (`tmem-bench probe --calibrate --readouts bilinear` shows it).
+DEFAULT_READOUTS = ("gated", "mlp", "attention", "rows_linear")
 
 
 def is_grid(shape: tuple[int, ...]) -> bool:

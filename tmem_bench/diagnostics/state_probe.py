@@ -10,22 +10,17 @@ model does not, the items are in the state and the read was not learned; where b
 state is full only as far as this readout can tell, which is as far as it reads the states the
 model does read (compare the two where the model answers).
 
-The readout is the same for every memory (`Readout`, `ReadoutConfig`, `describe_readout`): the
-state's tensors flattened into one vector s and each query token q (the frozen adapter's
-embedding of it, which for coordinate binding is a linear image of the noisy key), both
-standardised with statistics of a calibration batch, then
-
-    logits = W_o relu((W_s s + b_s) * g(q)) + b_o,    g(q) = W_2 relu(W_1 q + b_1) + b_2,
-
-`width` hidden units, each one learned linear feature of the state gated by one feature of the
-query (a plain MLP over [s, q] cannot form that product cheaply, and learns the lookup far more
-slowly). Every memory's state is read through the same number of learned features; W_s alone
-grows with the state (a fixed projection to a common size would throw most of a large state away
-before the readout saw it). Each step trains on fresh sequences, so the readout cannot memorise
-the states it sees; the weights with the best accuracy on the probe's own validation sequences
-are scored on the cell's evaluation set, the sequences the model's own accuracy was measured on.
-Data seeds come from the task, level and the probe's name, apart from training, validation and
-evaluation seeds; the readout's weights from `seed`.
+No one readout reads every state format, so the probe trains a family of them
+(probe_readouts.py), every member at the same budget on the same sequences, and keeps the one best
+on its own validation sequences, reported with every member's accuracy. Each takes the state's
+tensors flattened into one vector s and each query token q (the frozen adapter's embedding of it,
+which for coordinate binding is a linear image of the noisy key), both standardised with statistics
+of a calibration batch. Each step trains on fresh sequences, so a readout cannot memorise the states
+it sees; the weights best on the probe's own validation sequences are scored on the cell's
+evaluation set, the sequences the model's own accuracy was measured on. Data seeds come from the
+task, level and the probe's name, apart from training, validation and evaluation seeds; every
+readout's weights from `seed`. How far a number can be trusted is measured on states of known
+content (probe_references.py).
 
 This module probes one model; harness/probe_run.py probes a run directory's cells and writes
 RUN_DIR/state_probe.json.
@@ -43,7 +38,7 @@ from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, Batch, Task, split_batch
 from ..errors import UsageError
 from ..levels import Level, level_key
-from .probe_readouts import READOUTS, Layout, build_readout
+from .probe_readouts import DEFAULT_READOUTS, READOUTS, Layout, build_readout
 
 NO_STATE = "no state to probe"
 PROBED = "probed"
@@ -51,7 +46,7 @@ PROBED = "probed"
 
 @dataclass(frozen=True)
 class ReadoutConfig:
-    readouts: tuple[str, ...] = READOUTS  # the family trained; the best on validation is chosen
+    readouts: tuple[str, ...] = DEFAULT_READOUTS  # the family trained; the best on validation is chosen
     width: int = 256  # gated: hidden units, learned features of the state, each gated by one of the query
     query_width: int = 128  # the query's network in gated, bilinear and attention
     mlp_width: int = 512
@@ -79,21 +74,26 @@ class ReadoutConfig:
 def describe_readout(config: ReadoutConfig = ReadoutConfig()) -> str:
     """One paragraph a report can print: the readout family, its capacity, seeds and steps."""
     c = config
+    members = {
+        "gated": f"gated, logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden units",
+        "mlp": f"mlp, two hidden layers of {c.mlp_width} over [s, q]",
+        "bilinear": f"bilinear, {c.bilinear_units} units each a rank-{c.bilinear_query} bilinear form of q and the "
+                    f"state (through a rank-{c.bilinear_rank} bottleneck)",
+        "attention": f"attention, {c.attention_heads}-head attention (width {c.attention_width}) of q over the "
+                     f"state's rows (the last axis as features, channels first in a grid, a flat tensor mapped to "
+                     f"{c.learned_rows} learned rows)",
+        "rows_linear": "rows_linear, the same rows summed with weights of q alone, one per row position",
+    }
     return (
         f"State probe: each trained model is frozen and run over the evidence tokens of a sequence; the "
         f"recurrent state it then holds (every tensor of its memory_state hook) and each query token q (the "
-        f"model's input embedding of it) are standardised and read by each readout of a family "
-        f"({', '.join(c.readouts)}): gated, logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden "
-        f"units; mlp, two hidden layers of {c.mlp_width} over [s, q]; bilinear, {c.bilinear_units} units each a "
-        f"rank-{c.bilinear_query} bilinear form of q and the state (through a rank-{c.bilinear_rank} bottleneck); "
-        f"attention, {c.attention_heads}-head attention (width {c.attention_width}) of q over the state's rows "
-        f"(the last axis as features, channels first in a grid, a flat tensor mapped to {c.learned_rows} learned "
-        f"rows); rows_linear, the same rows summed with weights of q alone, one per row position. Each is trained with AdamW (lr {c.lr:g}, weight decay {c.weight_decay:g}) for {c.steps} "
-        f"steps of {c.batch_size} fresh sequences ({c.queries} queries each where the task's n_queries can be "
-        f"set), from readout seed {c.seed} and data seeds of its own; the readout and weights best on "
-        f"{c.validation_size} validation sequences of its own (checked every {c.validate_every} steps) are chosen "
-        f"and scored on the cell's evaluation set, the sequences of the model's own accuracy. A model whose "
-        f"backbone has no memory_state hook (attention alone) has no state to probe."
+        f"model's input embedding of it) are standardised and read by each readout of a family: "
+        f"{'; '.join(members[name] for name in c.readouts)}. Each is trained with AdamW (lr {c.lr:g}, weight decay "
+        f"{c.weight_decay:g}) for {c.steps} steps of {c.batch_size} fresh sequences ({c.queries} queries each where "
+        f"the task's n_queries can be set), from readout seed {c.seed} and data seeds of its own; the readout and "
+        f"weights best on {c.validation_size} validation sequences of its own (checked every {c.validate_every} "
+        f"steps) are chosen and scored on the cell's evaluation set, the sequences of the model's own accuracy. A "
+        f"model whose backbone has no memory_state hook (attention alone) has no state to probe."
     )
 
 
