@@ -56,13 +56,13 @@ class ReadoutConfig:
     attention_width: int = 64
     attention_heads: int = 4
     learned_rows: int = 32  # rows a flat state is mapped to
-    steps: int = 1500
-    batch_size: int = 64  # fresh training sequences per step
+    steps: int = 600
+    batch_size: int = 32  # fresh training sequences per step
     queries: int = 16  # queries per training sequence, where the task takes an `n_queries` option
     lr: float = 1e-3
     weight_decay: float = 0.01
     validation_size: int = 1024  # sequences
-    validate_every: int = 250
+    validate_every: int = 200
     seed: int = 0
 
     def __post_init__(self):
