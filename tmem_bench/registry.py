@@ -5,8 +5,11 @@ only when first asked for, so no implementation imports this module and this
 module imports none of them up front. External entries are named
 `module:attribute` (on the command line or in a profile) or published under the
 `tmem_bench.tasks` and `tmem_bench.models` entry-point groups: tasks and models alike.
-Where a name comes from someone else (a leaderboard entry), `module_names(False)`
-refuses `module:attribute`: importing a module runs its code.
+Importing a module runs its code, so `module:attribute` names are refused unless a
+caller trusts them with `module_names(True)`: the CLI does for the commands a user
+types (their own command line, profile and run directories), the leaderboard only
+under `--allow-module-names`, and nothing else does, so a name that comes from
+someone else (a leaderboard entry) reaches no import by any other path.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def load_attribute(spec: str, kind: str) -> Callable:
         raise UsageError(f"cannot load {kind} {spec!r}: importing {module} raised {type(e).__name__}: {e}") from e
 
 
-_MODULE_NAMES = contextvars.ContextVar("module_names", default=True)
+_MODULE_NAMES = contextvars.ContextVar("module_names", default=False)
 
 
 @contextlib.contextmanager
@@ -65,6 +68,11 @@ def module_names(allowed: bool):
         yield
     finally:
         _MODULE_NAMES.reset(token)
+
+
+def module_names_allowed() -> bool:
+    """Whether `module:attribute` names are imported here; a job carries it to the process that runs it."""
+    return _MODULE_NAMES.get()
 
 
 class Registry:

@@ -289,5 +289,6 @@ def test_malformed_input_in_a_real_process_has_no_traceback(inputs):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"tmem-bench: error: profile '{files / 'stepz.toml'}': train: unknown key 'stepz'; allowed: batch_size, "
-        "early_stop, eval_size, grad_clip, log_every, lr, seeds, selection_second_seed, steps, weight_decay"]
+        "early_stop, eval_size, grad_clip, log_every, lr, mixed_levels, seeds, selection_second_seed, steps, "
+        "weight_decay"]
     assert tree(work) == []

@@ -29,6 +29,7 @@ from tmem_bench.harness.plan import Overrides, make_plan
 from tmem_bench.harness.results import read_cell
 from tmem_bench.harness.rundir import RunDir
 from tmem_bench.harness.runner import run_plan
+from tmem_bench.registry import module_names
 from tmem_bench.report.data import load_run
 
 # A model plugin that, in training, fails while TMEM_TEST_FAIL is set, kills its own process while
@@ -205,9 +206,10 @@ def test_a_driver_killed_midway_resumes_to_the_same_numbers(tmp_path, monkeypatc
     (tmp_path / "held_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     profile = sweep_profile(tmp_path, '["base", { name = "held_plugin:model", label = "held" }]')
-    cells = make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}))
-    assert [c.label for c in cells] == ["base", "base", "held", "held"]  # base's cells reach the two workers first
-    run_plan(cells, tmp_path / "serial", device="cpu", console=quiet(), executor=ExecutorOptions(cpus_per_cell=1))
+    with module_names(True):  # the test's own plug-in
+        cells = make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}))
+        assert [c.label for c in cells] == ["base", "base", "held", "held"]  # base's cells reach the two workers first
+        run_plan(cells, tmp_path / "serial", device="cpu", console=quiet(), executor=ExecutorOptions(cpus_per_cell=1))
     reference = numbers(tmp_path / "serial")
 
     command = [sys.executable, "-m", "tmem_bench.cli", "run", "coordinate_binding", "--profile", profile,
@@ -256,8 +258,9 @@ def test_a_failing_cell_is_retried_recorded_and_reported_while_the_others_finish
     assert "attempt 3 of 3" in err and "1 of 2 cells failed; rerun the same command" in err
 
     run_dir = tmp_path / "run"
-    (flaky,) = [c for c in make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}, seeds=[0]))
-                if c.label == "flaky"]
+    with module_names(True):  # the test's own plug-in
+        (flaky,) = [c for c in make_plan("coordinate_binding", profile, Overrides(levels={"n_writes": [3]}, seeds=[0]))
+                    if c.label == "flaky"]
     record = json.loads(RunDir(run_dir).failed_path(flaky.id).read_text())
     assert record["attempts"] == 3 and record["error"] == "RuntimeError: the plugin broke in training"
     assert "flaky_plugin.py" in record["traceback"] and record["cell"]["label"] == "flaky"

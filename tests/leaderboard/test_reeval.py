@@ -3,6 +3,7 @@ a leak that opens during training is found on the trained weights."""
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,10 +11,12 @@ import torch.nn as nn
 
 from tests.helpers import ROOT, empty_board
 from tests.profiles import grid_profile
+from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import Overrides, make_plan
 from tmem_bench.harness.results import read_cell
 from tmem_bench.harness.runner import run_plan
 from tmem_bench.leaderboard.reeval import reevaluate
+from tmem_bench.registry import module_names
 
 PROFILE = grid_profile("1e-2")  # base and the plug-in below, six steps, seeds 0 and 1
 
@@ -40,15 +43,17 @@ def gated_leak(d_model, n_layers, n_heads, **options):
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("reeval")
     (root / "p.toml").write_text(PROFILE)
-    cells = make_plan("coordinate_binding", str(root / "p.toml"), Overrides(models=["base", f"{__name__}:gated_leak"]))
-    run_plan(cells, root / "run", device="cpu")
+    with module_names(True):  # this test's own plug-in, on a run it builds itself
+        cells = make_plan("coordinate_binding", str(root / "p.toml"), Overrides(models=["base", f"{__name__}:gated_leak"]))
+        run_plan(cells, root / "run", device="cpu")
     results = {c.id: json.loads((root / "run" / "cells" / f"{c.id}.json").read_text()) for c in cells}
     return root / "run", cells, results
 
 
 def rejections(result, weights):
     found = []
-    reevaluate(result, weights, lambda where, reason: found.append(f"{where}: {reason}"))
+    with module_names(True):  # the run's plug-in is this test's own
+        reevaluate(result, weights, lambda where, reason: found.append(f"{where}: {reason}"))
     return found
 
 
@@ -124,19 +129,56 @@ def test_a_grid_run_is_submitted_with_its_trials_and_validates_from_its_weights(
     assert [line.split(": ")[2] for line in rejections] == ["validation.accuracy"], rejections
 
 
-def test_a_committed_cell_still_evaluates_to_its_accuracy():
-    """The board's cheapest cell, re-evaluated from its weights by the installed suite: a change to a
-    model or task that moves published numbers fails here, not first in the slow test."""
-    cells = sorted((ROOT / "leaderboard" / "entries").glob("*/cells/*.json"))
+def recheck_cheapest_cell(entries: Path) -> list[str]:
+    """The cheapest cell under `entries`, re-evaluated from its weights as the board's checks do, with
+    the registry's defaults: names an entry gives are never trusted here. What was rejected, and
+    then what an accuracy 1 point off its weights gives."""
+    cells = sorted(entries.glob("*/cells/*.json"))
     if not cells:
         pytest.skip("no entries committed yet")
     results = [read_cell(path) for path in cells]
     result = min(results, key=lambda r: (r["wall_time_s"], r["cell_id"]))
     weights = next(p for p in cells if p.stem == result["cell_id"]).with_suffix(".safetensors")
-    found = []
+    found, forged = [], []
     checks = sys.modules["tmem_bench.leaderboard.validate"]
     checks.reevaluate(result, weights, lambda where, reason: found.append(f"{where}: {reason}"))
-    assert found == []
     result["eval"][0]["accuracy"] += 0.01
-    checks.reevaluate(result, weights, lambda where, reason: found.append(f"{where}: {reason}"))
-    assert found, "an accuracy 1 point off the weights' must be rejected"
+    checks.reevaluate(result, weights, lambda where, reason: forged.append(f"{where}: {reason}"))
+    return found, forged
+
+
+def test_a_committed_cell_still_evaluates_to_its_accuracy():
+    """The board's cheapest cell, re-evaluated from its weights by the installed suite: a change to a
+    model or task that moves published numbers fails here, not first in the slow test."""
+    found, forged = recheck_cheapest_cell(ROOT / "leaderboard" / "entries")
+    assert found == []
+    assert forged, "an accuracy 1 point off the weights' must be rejected"
+
+
+@pytest.mark.parametrize("field, name", [
+    ("task", "os:system"),  # its constructor would be os.system(command=...)
+    ("model", "torch.hub:load"),  # a hubconf.py of the entry's own, imported by torch.hub
+])
+def test_an_entry_naming_a_module_runs_nothing_in_the_test_run(tmp_path, field, name):
+    """The exploit of issue 46: a pull request adds an entry whose cheapest cell names a module, and the
+    test above, which reaches `reevaluate` outside the board's guard, would run it."""
+    marker = tmp_path / "ran"
+    committed = sorted((ROOT / "leaderboard" / "entries").glob("*/cells/*.json"))
+    if not committed:
+        pytest.skip("no entries committed yet")
+    committed = committed[0]
+    result = read_cell(committed)
+    (tmp_path / "hubconf.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef entry(**options): pass\n")
+    result["cell"][field] = name
+    result["cell"][f"{field}_options"] = (
+        {"command": f"touch {marker}"} if field == "task"
+        else {**result["cell"]["model_options"], "repo_or_dir": str(tmp_path), "model": "entry", "source": "local",
+              "trust_repo": True})
+    result["wall_time_s"] = 0.0
+    cells = tmp_path / "entries" / "evil" / "cells"
+    cells.mkdir(parents=True)
+    (cells / f"{result['cell_id']}.json").write_text(json.dumps(result))
+    shutil.copy(committed.with_suffix(".safetensors"), cells / f"{result['cell_id']}.safetensors")
+    with pytest.raises(UsageError, match="module:attribute names are not imported here"):
+        recheck_cheapest_cell(tmp_path / "entries")
+    assert not marker.exists()

@@ -1,7 +1,7 @@
-"""Budget-honest verdicts, on synthetic cells (nothing is trained here): a point that learned nothing,
-or where a seed had not converged, neither supports nor refutes; a point that learned and converged
-still refutes. Parametrised over every claim of claims.toml, so a new claim or rule is covered by
-the same tests."""
+"""Budget-honest verdicts, on synthetic cells (nothing is trained here): a point that learned nothing
+neither supports nor refutes; one still learning is a lower bound, which may support what it already
+passes but never refutes; a point that learned and converged still refutes. Parametrised over every
+claim of claims.toml, so a new claim or rule is covered by the same tests."""
 import json
 
 import pytest
@@ -10,7 +10,7 @@ from tests.report.helpers import CHANCE, GATE_INIT, RunBuilder, build, power_of
 from tmem_bench.report import RULES, check_claim, load_claims, load_run, power_rows
 from tmem_bench.report.claims import TIMING_RULES
 from tmem_bench.report.power import power_lines
-from tmem_bench.report.stats import BUDGET, INCONCLUSIVE, REFUTED, SUPPORTED, combine
+from tmem_bench.report.stats import BUDGET, INCONCLUSIVE, NOT_TESTABLE, REFUTED, SUPPORTED, combine
 
 # Every task a claim reads, at its smallest and largest level (no_harm has one); each model is
 # trained and evaluated at each level.
@@ -18,11 +18,15 @@ LEVELS = {"coordinate_binding": [(5, 0.0), (40, 0.0)], "occlusion": [(0,), (6,)]
           "no_harm": [()]}
 CLAIMS = load_claims()
 MEMORIES = {s.memory for s in CLAIMS if s.memory}
-MODELS = sorted(MEMORIES | {m for s in CLAIMS for m in s.baselines} | {s.reference for s in CLAIMS if s.reference})
+MODELS = sorted(MEMORIES | {m for s in CLAIMS for m in s.baselines} | {s.reference for s in CLAIMS if s.reference}
+                | {m for s in CLAIMS for m in s.references})
 # The way from chance to ceiling each model gets, at the smallest and at the largest level: the
-# memory holds up (97% -> 85%), the baselines fall (90% -> 40%), every model solves no_harm.
+# memory holds up (97% -> 85%), the baselines fall (90% -> 40%), every model solves no_harm. The
+# saturation caveat needs the memory to fall further than attention, whose state grows: there the
+# baselines hold (45% -> 44%, below the power rule's halfway mark, so the comparison stays testable).
 SUPPORT = {"memory": (0.97, 0.85), "baseline": (0.90, 0.40)}
-FLAT = 0.5  # every model, every level: learned, and no better than any other
+SATURATES = {"memory": (0.97, 0.60), "baseline": (0.45, 0.44)}
+FLAT = 0.4  # every model, every level: learned, no better than any other, short of halfway
 
 
 def patch(run_dir, cell_id, **fields):
@@ -32,10 +36,11 @@ def patch(run_dir, cell_id, **fields):
     path.write_text(json.dumps(result))
 
 
-def world(run_dir, at_largest="", flat=False):
+def world(run_dir, at_largest="", flat=False, support=None):
     """A run on which every claim is supported (flat=True: refuted), every cell converged.
     at_largest changes the memory's cells at each task's largest level: "chance" (nothing learned)
     or "unconverged" (seed 0 still learning)."""
+    support = support or SUPPORT
     b = RunBuilder(run_dir)
     for task, levels in LEVELS.items():
         chance = CHANCE[task]
@@ -44,8 +49,9 @@ def world(run_dir, at_largest="", flat=False):
             for i, level in enumerate(levels):
                 largest = i == len(levels) - 1
                 for seed in range(3):
-                    frac = 1.0 if task == "no_harm" else SUPPORT["memory" if memory else "baseline"][largest]
-                    accuracy = chance + (FLAT if flat else frac) * (1 - chance) - 0.004 * seed
+                    frac = 1.0 if task == "no_harm" else support["memory" if memory else "baseline"][largest]
+                    # no_harm's spread is small enough for a 3-seed t interval to sit within its tolerance.
+                    accuracy = chance + (FLAT if flat else frac) * (1 - chance) - (0.001 if task == "no_harm" else 0.004) * seed
                     if memory and largest and at_largest == "chance":
                         accuracy = chance + 0.002 * seed
                     gates = {k: v + 0.01 for k, v in GATE_INIT.items()} if memory else None
@@ -62,7 +68,9 @@ def world(run_dir, at_largest="", flat=False):
 def runs(tmp_path_factory):
     out = {}
     for name, kwargs in {"support": {}, "chance": {"at_largest": "chance"}, "unconverged": {"at_largest": "unconverged"},
-                         "refute": {"flat": True}}.items():
+                         "refute": {"flat": True}, "refute, unconverged": {"flat": True, "at_largest": "unconverged"},
+                         "saturates": {"support": SATURATES},
+                         "saturates, unconverged": {"support": SATURATES, "at_largest": "unconverged"}}.items():
         run_dir = tmp_path_factory.mktemp(name)
         world(run_dir, **kwargs)
         out[name] = load_run(run_dir)
@@ -77,24 +85,54 @@ def test_every_rule_is_decided_by_some_claim():
     assert {s.rule for s in CLAIMS} == set(RULES)  # so the tests below reach every rule
 
 
+def supporting(spec) -> str:
+    return "saturates" if spec.rule == "saturation" else "support"
+
+
 @pytest.mark.parametrize("spec", CLAIMS, ids=ids)
 def test_a_supporting_case_still_supports(runs, spec):
-    claim = check_claim(runs["support"], spec)
+    claim = check_claim(runs[supporting(spec)], spec)
     assert claim.verdict == SUPPORTED, claim.reason
 
 
 @pytest.mark.parametrize("spec", CLAIMS, ids=ids)
-@pytest.mark.parametrize("case, says", [("chance", "learned nothing in 150 steps (3 of 3 seeds converged)"),
-                                        ("unconverged", "had not converged in 150 steps (2 of 3 seeds converged)")])
-def test_a_point_of_the_budget_neither_supports_nor_refutes(runs, spec, case, says):
-    claim = check_claim(runs[case], spec)
+def test_a_point_that_learned_nothing_neither_supports_nor_refutes(runs, spec):
+    claim = check_claim(runs["chance"], spec)
     if spec.rule in TIMING_RULES:  # reads no accuracy: the budget cannot touch it
         assert claim.verdict == check_claim(runs["support"], spec).verdict
         return
     assert claim.verdict == BUDGET, claim.reason
-    assert f"{BUDGET}: {spec.memory} " in claim.reason and says in claim.reason
+    assert f"{BUDGET}: {spec.memory} " in claim.reason
+    assert "learned nothing in 150 steps (3 of 3 seeds converged)" in claim.reason
     assert "\n" not in claim.reason  # one line per verdict
     assert BUDGET in claim.rule  # the printed rule says so
+
+
+# Claims whose verdict a still-learning memory at the largest level can only strengthen by rising.
+RISING_AT_LARGEST = {"memory_vs_baselines", "smaller_drop", "capacity"}
+
+
+@pytest.mark.parametrize("spec", [s for s in CLAIMS if s.rule not in TIMING_RULES], ids=ids)
+def test_a_point_still_learning_is_a_lower_bound_that_supports_and_never_refutes(runs, spec):
+    """The memory's largest-level point still learning in one seed: where its rising can only
+    strengthen the claim it supports, noted as a lower bound; elsewhere it is the budget's. It never
+    refutes: the same point on a run that otherwise refutes leaves the verdict to the budget."""
+    says = "had not converged in 150 steps (2 of 3 seeds converged)"
+    case = "saturates, unconverged" if spec.rule == "saturation" else "unconverged"
+    claim = check_claim(runs[case], spec)
+    if spec.rule in RISING_AT_LARGEST:
+        assert claim.verdict == SUPPORTED, claim.reason
+        if spec.rule != "capacity":
+            assert any("lower bound, still learning: " in e["verdict"] and says in e["verdict"]
+                       for e in claim.evidence), claim.evidence
+    else:
+        assert claim.verdict == BUDGET and says in claim.reason, claim.reason
+    refuted = check_claim(runs["refute, unconverged"], spec)
+    if spec.rule in ("capacity", "no_harm"):  # points read besides it, clean and below, refute
+        assert refuted.verdict == REFUTED, refuted.reason
+    else:
+        assert refuted.verdict == BUDGET and says in refuted.reason, refuted.reason
+    assert "lower bound" in claim.rule  # the printed rule says so
 
 
 @pytest.mark.parametrize("spec", CLAIMS, ids=ids)
@@ -120,11 +158,15 @@ def test_a_baseline_with_no_path_to_the_evidence_is_blind_not_short_of_steps(tmp
     assert claim.verdict == verdict, claim.reason
 
 
-def _capacity_run(run_dir, accuracies, unconverged=()):
-    """tensor trained at each W: accuracies {W: accuracy} for each of three seeds."""
+def _capacity_run(run_dir, accuracies, unconverged=(), base=None):
+    """tensor trained at each W: accuracies {W: accuracy} for each of three seeds; with `base`, base too,
+    at that accuracy at every W."""
     b = RunBuilder(run_dir)
     for w, accuracy in accuracies.items():
         for seed in range(3):
+            if base is not None:
+                cid = b.cell("coordinate_binding", "base", seed, (w, 0.0), {(w, 0.0): base - 0.004 * seed})
+                patch(run_dir, cid, convergence={"converged": True})
             cid = b.cell("coordinate_binding", "tensor", seed, (w, 0.0), {(w, 0.0): accuracy - 0.004 * seed})
             patch(run_dir, cid, convergence={"converged": (w, seed) not in unconverged}, state_bytes=4096,
                   steps_run=90 if (w, seed) == (40, 0) else 150)
@@ -156,6 +198,12 @@ def test_budget_outranks_a_plain_inconclusive_not_a_refutation():
     assert combine([SUPPORTED, INCONCLUSIVE]) == INCONCLUSIVE
 
 
+def test_parts_not_testable_are_left_out_and_all_of_them_is_not_testable():
+    assert combine([NOT_TESTABLE, SUPPORTED]) == SUPPORTED
+    assert combine([NOT_TESTABLE, REFUTED]) == REFUTED
+    assert combine([NOT_TESTABLE, NOT_TESTABLE]) == NOT_TESTABLE
+
+
 def _converged(run_dir, b, still_learning=()):
     for cid in b.ids:
         model = cid.split("-")[2]
@@ -165,9 +213,11 @@ def _converged(run_dir, b, still_learning=()):
 # Occlusion: chance 25%, halfway 62.5%. (accuracies, models with seed 0 still learning, verdict, reason starts)
 POWER = {
     "discriminates": ({"base": 0.25, "tensor": 0.90}, (), "discriminates", "base at chance (25.0%)"),
-    "discriminates, still learning": ({"base": 0.25, "tensor": 0.90}, ("tensor",), BUDGET,
-                                      "tensor at occlusion_len=6 had not converged in 150 steps (1 of 2 seeds "
-                                      "converged); base at chance (25.0%)"),
+    # A lower bound already past the bar: it can only rise.
+    "discriminates, still learning": ({"base": 0.25, "tensor": 0.90}, ("tensor",), "discriminates",
+                                      "base at chance (25.0%)"),
+    "too weak, still learning": ({"base": 0.25, "tensor": 0.50}, ("tensor",), BUDGET,
+                                 "tensor at occlusion_len=6 had not converged in 150 steps (1 of 2 seeds converged)"),
     "reference still learning": ({"base": 0.25, "tensor": 0.90}, ("base",), BUDGET,
                                  "base at occlusion_len=6 had not converged in 150 steps (1 of 2 seeds converged)"),
     "nothing learned": ({"base": 0.25, "tensor": 0.27}, (), BUDGET,
@@ -196,15 +246,15 @@ def test_a_variant_the_budget_left_open_is_not_said_not_to_discriminate(tmp_path
 
 
 def _probed_capacity_run(run_dir, accuracies, probes, usable=True):
-    """_capacity_run with state_probe.json giving the probe accuracy `probes[W]` for every seed at W,
-    its calibration on the closest reference state usable or not."""
-    _capacity_run(run_dir, accuracies)
+    """_capacity_run (base holding at 45% at every W) with state_probe.json giving the probe accuracy
+    `probes[W]` for every tensor seed at W, its calibration on the closest reference state usable or not."""
+    _capacity_run(run_dir, accuracies, base=0.45)
     rows = []
-    calibration = {"reference": "voxel_rotated", "best": 0.97, "probe": 0.95 if usable else 0.5, "usable": usable}
+    calibration = {"reference": "voxel_mixed", "best": 0.97, "probe": 0.95 if usable else 0.5, "usable": usable}
     for path in sorted((run_dir / "cells").glob("*.json")):
         result = json.loads(path.read_text())
         w = result["cell"]["train_level"]["n_writes"]
-        if w in probes:
+        if w in probes and result["cell"]["model"] == "tensor":
             rows.append({"cell_id": result["cell_id"], "label": "tensor", "seed": result["cell"]["seed"], "n_writes": w,
                          "probe_accuracy": probes[w], "status": "probed", "calibration": calibration})
     (run_dir / "state_probe.json").write_text(json.dumps({"schema": 2, "rows": rows}))
@@ -244,6 +294,7 @@ def test_a_probe_that_misreads_its_closest_reference_cannot_tell(tmp_path):
 def test_the_state_probe_is_read_at_the_level_each_cell_was_trained_at(tmp_path):
     _probed_capacity_run(tmp_path, {5: 0.95, 40: 0.40}, {40: 0.5})
     table = load_run(tmp_path).table
+    table = table[table["label"] == "tensor"]
     assert set(table.loc[table["n_writes"] == 40, "probe_accuracy"]) == {0.5}
     assert table.loc[table["n_writes"] == 5, "probe_accuracy"].isna().all()
     (tmp_path / "state_probe.json").write_text("{not json")

@@ -5,6 +5,7 @@ import numpy as np
 
 from tests.report.helpers import CB_SUPPORT, RunBuilder, coordinate_binding_per_level
 from tmem_bench.report import INCONCLUSIVE, REFUTED, SUPPORTED, check_claim, check_claims, load_run
+from tmem_bench.report.stats import BUDGET, NOT_TESTABLE
 
 
 def test_claims_on_supporting_data(report):
@@ -20,7 +21,10 @@ def test_claims_on_supporting_data(report):
     assert claims["map building"].verdict == SUPPORTED  # 0.83 vs 0.61 at horizon 64
     assert claims["occlusion"].verdict == SUPPORTED  # tensor drops 10 points, base 35
     assert claims["no-harm control"].verdict == SUPPORTED
-    assert saturation.name.endswith("saturates") and saturation.verdict == SUPPORTED  # 95% -> 80% as W grows
+    # tensor falls 95% -> 80% as W grows, base (whose state grows) 60% -> 8%, down to chance: a drop
+    # that attention shows too is not a fixed state's, and a reference at chance is the budget's.
+    assert saturation.name.endswith("saturates") and saturation.verdict == BUDGET, saturation.reason
+    assert "base at n_writes=50,noise=0.0 learned nothing" in saturation.reason
     assert "throughput" in speed.name and speed.verdict == SUPPORTED and "median slowdown 10.0x" in speed.reason
     text = report.path.read_text()
     assert f"### {cb.name}: supported" in text and "tensor 75-91%, attention baselines 7-14%" in text
@@ -33,15 +37,19 @@ def test_claims_on_contradicting_data(tmp_path):
               (5, "base"): [0.96, 0.97, 0.95], (50, "base"): [0.94, 0.95, 0.93]}
     coordinate_binding_per_level(b, contra)
     for seed in range(3):
-        for model, accs in {"base": (0.95, 0.70), "tensor": (0.95, 0.68)}.items():
+        # Both fall alike, base below halfway (62.5%) at the longest occlusion, so the comparison is testable.
+        for model, accs in {"base": (0.95, 0.55), "tensor": (0.95, 0.53)}.items():
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs, 0.01 * seed))))
-        b.cell("map_building", "base", seed, (64,), {(64,): 0.80 + 0.01 * seed})
-        b.cell("map_building", "tensor", seed, (64,), {(64,): [0.70, 0.84, 0.95][seed]})
+        b.cell("map_building", "base", seed, (64,), {(64,): 0.70 + 0.01 * seed})  # below halfway (75%)
+        b.cell("map_building", "tensor", seed, (64,), {(64,): [0.60, 0.74, 0.85][seed]})
         b.cell("no_harm", "base", seed, (), {(): 0.90})
     data = load_run(tmp_path)
     cb = check_claim(data, "coordinate_binding")
-    assert cb.verdict == REFUTED and "noise=0.0, n_writes=50: not supported" in cb.reason
-    assert check_claim(data, "saturation").verdict == REFUTED  # 95% -> 93%: within the margin
+    # base holds (94% at W=50): attention alone does the task, so no advantage of a memory can show.
+    assert cb.verdict == NOT_TESTABLE and "noise=0.0, n_writes=50: not testable in this setting" in cb.reason
+    assert "attention alone does it at n_writes=50: base 94.0%" in cb.evidence[0]["why"]
+    saturation = check_claim(data, "saturation")
+    assert saturation.verdict == REFUTED, saturation.reason  # 95% -> 93%, as base's 96% -> 94%
     assert check_claim(data, "occlusion").verdict == REFUTED
     assert check_claim(data, "map_building").verdict == INCONCLUSIVE  # tensor's seeds straddle the margin
     nh = check_claim(data, "no_harm")
@@ -100,6 +108,7 @@ def test_a_variant_is_memory_forcing_by_its_task_options_not_its_label(tmp_path)
             b.cell("occlusion", model, seed, (0,), dict(zip([(0,), (6,)], np.add(accs[:1] * 2, 0.01 * seed))),
                    variant="block_hidden=True", task_options={"hide": "end"})
     claim = check_claim(load_run(tmp_path), "occlusion")
-    assert claim.verdict == REFUTED  # from the variant whose options keep the paper's information flow
+    # From the variant whose options keep the paper's information flow, where base holds at 95%.
+    assert claim.verdict == NOT_TESTABLE, claim.reason
     assert any("the variant hard (not in the paper) the same rule gives: supported" in n for n in claim.notes)
     assert any("run as the variant block_hidden=True" in n for n in claim.notes)

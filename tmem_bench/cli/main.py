@@ -6,6 +6,7 @@ import sys
 import traceback
 
 from ..errors import UsageError, storage_error
+from ..registry import module_names
 from .args import positive
 from .catalogue import cmd_check, cmd_list
 from .leaderboard import add_leaderboard_parser, cmd_leaderboard
@@ -109,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {"run": cmd_run, "list": cmd_list, "report": cmd_report, "check": cmd_check,
                     "leaderboard": cmd_leaderboard, "jobs": cmd_jobs, "probe": cmd_probe}
-        return commands[args.command](args)
+        # A user's own commands may name their own modules; the leaderboard's names come from
+        # entries, and it trusts them only under --allow-module-names.
+        with module_names(args.command != "leaderboard"):
+            return commands[args.command](args)
     except UsageError as e:
         if args.debug:
             traceback.print_exception(e)

@@ -184,9 +184,11 @@ def check_task_chance(factory: Callable, spec: TaskSpec) -> CheckResult:
     return guarded("chance", lambda: _each(factory, spec, at, "chance is the best constant predictor"))
 
 
-_FINGERPRINTS = ("import json, sys; from tmem_bench.diagnostics.conformance_tasks import eval_fingerprints; "
-                 "from tmem_bench.registry import TASKS; "
-                 "print(json.dumps(eval_fingerprints(TASKS.get(sys.argv[1]), json.loads(sys.argv[2]), 64)))")
+# The caller handed this process the task's factory, so its module has already run here: the fresh
+# process may import it by name too.
+_FINGERPRINTS = ("import json, sys\nfrom tmem_bench.diagnostics.conformance_tasks import eval_fingerprints\n"
+                 "from tmem_bench.registry import TASKS, module_names\nwith module_names(True):\n"
+                 "    print(json.dumps(eval_fingerprints(TASKS.get(sys.argv[1]), json.loads(sys.argv[2]), 64)))")
 
 
 def eval_fingerprints(factory: Callable, options: dict, size: int) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """Had training converged? A rule on a cell's logged loss, with thresholds kept as data
 (claims.toml's [convergence] table), so that "still learning at the end" is told apart from
-"learned nothing" or "too weak". The same rule, with its own thresholds ([early_stop]), stops a
-cell whose profile sets `early_stop` once its validation loss has flattened."""
+"learned nothing" or "too weak". A cell whose profile sets `early_stop` stops once its validation
+loss has not improved on its best by a stated minimum for a stated number of checks ([early_stop])."""
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
@@ -19,18 +20,15 @@ class ConvergenceRule:
 @dataclass(frozen=True)
 class EarlyStopRule:
     """Every `every` steps the validation loss and accuracy are measured; training stops at the
-    first check where the convergence rule with these thresholds holds on that history and the
-    accuracy is more than `learned_margin` above chance (a loss flat at chance may be a plateau
-    that more steps would leave)."""
+    first check where none of the last `patience` checks improved on the best loss before them by
+    more than `min_improvement` nats, and the accuracy is more than `learned_margin` above chance (a
+    loss flat at chance may be a plateau that more steps would leave). Patience on an absolute
+    improvement, not a fraction of the loss's whole fall, so that a loss still falling steadily (10%
+    a check near its end) is never called flat."""
     every: int
     learned_margin: float
-    last_fraction: float
-    max_late_fraction: float
-    min_late_drop: float
-
-    @property
-    def convergence(self) -> ConvergenceRule:
-        return ConvergenceRule(self.last_fraction, self.max_late_fraction, self.min_late_drop)
+    patience: int
+    min_improvement: float
 
 
 def _thresholds() -> dict:
@@ -42,15 +40,23 @@ def load_rule() -> ConvergenceRule:
 
 
 def load_early_stop() -> EarlyStopRule:
-    """The [early_stop] thresholds, refused where they are looser than [convergence]'s: a cell
-    that stopped early must also meet the rule the report applies to every cell."""
-    table = _thresholds()
-    rule, report = EarlyStopRule(**table["early_stop"]), ConvergenceRule(**table["convergence"])
-    if not (isinstance(rule.every, int) and rule.every >= 1 and rule.last_fraction == report.last_fraction
-            and rule.max_late_fraction <= report.max_late_fraction and rule.min_late_drop <= report.min_late_drop):
-        raise ValueError(f"claims.toml [early_stop] {asdict(rule)} must have a positive integer `every`, the "
-                         f"same last_fraction as [convergence] and thresholds no larger than its {asdict(report)}")
-    return rule
+    """The [early_stop] thresholds, each checked: a positive integer `every` and `patience`, a finite
+    `min_improvement` of at least 0 and a `learned_margin` in [0, 1)."""
+    table = _thresholds().get("early_stop")
+    names = [f.name for f in fields(EarlyStopRule)]
+    if not isinstance(table, dict) or sorted(table) != sorted(names):
+        raise ValueError(f"claims.toml [early_stop] must set exactly {', '.join(names)}; it sets "
+                         f"{', '.join(sorted(table)) if isinstance(table, dict) else repr(table)}")
+    for name in ("every", "patience"):
+        value = table[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"claims.toml [early_stop] {name} must be a positive integer, got {value!r}")
+    for name, top in (("min_improvement", math.inf), ("learned_margin", 1.0)):
+        value = table[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0 <= value < top:
+            raise ValueError(f"claims.toml [early_stop] {name} must be a finite number in [0, {top:g}), got {value!r}")
+    return EarlyStopRule(**table)
 
 
 def early_stop_rule(settings: dict) -> EarlyStopRule:
@@ -78,7 +84,11 @@ def convergence(history: list[dict], steps: int, rule: ConvergenceRule | None = 
 
 def should_stop(checks: list[dict], chance: float, rule: EarlyStopRule) -> bool:
     """Whether training stops after the last of `checks` (validation {"step", "loss", "accuracy"},
-    from step 0 on): something was learned and the loss has flattened."""
-    last = checks[-1]
-    learned = last["accuracy"] > chance + rule.learned_margin
-    return learned and convergence(checks, last["step"], rule.convergence)["converged"] is True
+    from step 0 on): something was learned and the last `patience` checks did not improve on the
+    best loss before them by more than `min_improvement`."""
+    if len(checks) <= rule.patience:
+        return False
+    learned = checks[-1]["accuracy"] > chance + rule.learned_margin
+    best_before = min(c["loss"] for c in checks[:-rule.patience])
+    best_since = min(c["loss"] for c in checks[-rule.patience:])
+    return learned and best_since > best_before - rule.min_improvement

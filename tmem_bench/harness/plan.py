@@ -22,9 +22,10 @@ from ..schema import check as check_schema
 from .plan_checks import check_model
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
-# Settings beside those every cell records: seeds, early stopping (recorded only where it is on, so a
-# fixed budget keeps the cell ids it always had) and a second selection seed (a search's, not a cell's).
-SETTING_KEYS = (*TRAIN_KEYS, "seeds", "early_stop", "selection_second_seed")
+# Settings beside those every cell records: seeds, early stopping and training over a mix of levels
+# (each recorded only where it is on, so a run without them keeps the cell ids it always had) and a
+# second selection seed (a search's, not a cell's).
+SETTING_KEYS = (*TRAIN_KEYS, "seeds", "early_stop", "mixed_levels", "selection_second_seed")
 MODEL_SIZE_KEYS = ("d_model", "n_layers", "n_heads")
 
 
@@ -233,6 +234,8 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
                     settings.update({k: v for k, v in entry.items() if k not in task.axes})
             settings = {**settings, **model_train}
             train, seeds = _train_settings(settings, overrides)
+            if settings.get("mixed_levels") is not None:
+                train["mixed_levels"] = mixed_levels(task, level, settings["mixed_levels"])
 
             def cell(lr, seed):
                 return Cell(task=task_name, task_options=task.options(), variant=name,
@@ -284,6 +287,25 @@ def _at_entries(task, entries: list[dict], train_levels: list[dict]) -> list[dic
             raise UsageError(f"at {entry!r} matches no training level of {task.name!r}; "
                              f"trained at: {'; '.join(level_key(lv) for lv in train_levels)}")
     return entries
+
+
+def mixed_levels(task, level: dict, spec) -> dict:
+    """A profile's `mixed_levels = { axis = "n_writes", low = 1 }`, checked against the training level:
+    each training batch is drawn at a level of `axis` uniform in the integers from `low` to the
+    level trained at (validation, and so early stopping, stays at the level trained at). Training
+    from scratch at many writes is a known optimisation problem; a mix of lengths is the usual cure."""
+    if not isinstance(spec, dict) or set(spec) != {"axis", "low"}:
+        raise UsageError(f"mixed_levels must be a table {{ axis = AXIS, low = N }}, got {spec!r}")
+    axis = spec["axis"]
+    if axis not in task.axes:
+        raise UsageError(f"mixed_levels: {task.name!r} has no axis {axis!r}; its axes: {', '.join(task.axes) or 'none'}")
+    top = level[axis]
+    if isinstance(top, bool) or not isinstance(top, int):
+        raise UsageError(f"mixed_levels: axis {axis!r} of {task.name!r} is not integer-valued (trained at {top!r})")
+    low = check_int("mixed_levels low", spec["low"])
+    if not 1 <= low <= top:
+        raise UsageError(f"mixed_levels: low must be between 1 and the level trained at ({axis}={top}), got {low}")
+    return {"axis": axis, "low": low}
 
 
 def _no_repeats(what: str, values) -> None:

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..contracts.device import resolve_device
 from ..errors import check_int
+from ..registry import module_names, module_names_allowed
 from ..version import __version__
 from .executors import make_executor
 from .executors.base import Executor, ExecutorOptions, failure, usable
@@ -132,8 +133,10 @@ def run_job(job: dict) -> dict:
         torch.set_num_threads(job["threads"])
     start = time.perf_counter()
     try:
-        cell = cell_from_dict(job["cell"])
-        result, model = train_cell(cell, job["device"])
+        # The driver's trust in module:attribute names, which a worker process does not inherit.
+        with module_names(job.get("module_names", False)):
+            cell = cell_from_dict(job["cell"])
+            result, model = train_cell(cell, job["device"])
         # On the CPU the numbers depend on the thread count too: kept to explain a difference.
         result["torch_threads"] = torch.get_num_threads()
         RunDir(job["run_dir"]).write_cell(job["cell_id"], result, model)
@@ -146,7 +149,7 @@ def run_job(job: dict) -> dict:
 def _run_cells(todo: list[Cell], run_dir: RunDir, device: str, executor: Executor, retries: int,
                console: Console) -> None:
     jobs = {c.id: {"cell_id": c.id, "cell": asdict(c), "run_dir": str(run_dir), "device": device,
-                   "threads": executor.threads} for c in todo}
+                   "threads": executor.threads, "module_names": module_names_allowed()} for c in todo}
     described = {c.id: c.describe() for c in todo}
     attempts = dict.fromkeys(jobs, 0)
     with CellProgress(run_dir, list(jobs), console, executor.slots) as progress:

@@ -20,6 +20,8 @@ from ..version import __version__
 from .plan import Cell
 
 EVAL_BATCH = 512
+# Offset of the seed of the generator that draws training levels under `mixed_levels`.
+MIX_SEED = 1 << 20
 
 
 def build_model(cell: Cell) -> TaskModel:
@@ -137,6 +139,16 @@ def train_cell(
         checks.append({"step": step, **validation_check(model, validation_batch, device)})
         return should_stop(checks, task.chance(cell.train_level), early)
 
+    mix = train.get("mixed_levels")
+    # Levels are drawn from a generator of their own, so the batches' draws follow the same stream.
+    mix_generator = torch.Generator().manual_seed(MIX_SEED + cell.seed) if mix else None
+
+    def batch_level() -> dict:
+        if mix is None:
+            return cell.train_level
+        top = cell.train_level[mix["axis"]]
+        return {**cell.train_level, mix["axis"]: int(torch.randint(mix["low"], top + 1, (1,), generator=mix_generator))}
+
     if early is not None:
         check(0)
     model.train()
@@ -156,7 +168,7 @@ def train_cell(
     diverged_at = None
     stopped = "cap"
     for step in range(1, train["steps"] + 1):
-        batch = to_device(task.sample(cell.train_level, train["batch_size"], generator), device)
+        batch = to_device(task.sample(batch_level(), train["batch_size"], generator), device)
         loss, acc = loss_and_accuracy(model, batch)
         if not math.isfinite(loss.item()):
             # Stop before the update: the weights evaluated below are the last finite ones.

@@ -2,8 +2,11 @@
 Where it learned nothing (within the power rule's learned margin of chance) or a seed's training
 had not converged (the convergence rule), its accuracy is what this many steps reached, not what
 the model can do: a loss flat at chance may be a plateau more steps would leave, and a loss still
-falling may fall further. Such a point can neither support nor refute, so a verdict resting on
-one is "inconclusive (budget)", naming the point, the steps it ran and how many seeds converged.
+falling may fall further. A point that learned and is still learning is a lower bound on what its
+model can do: it may support a verdict that its rising can only strengthen (a claim, a "learned",
+a "discriminates" it already passes), never refute one. Otherwise such a point can neither support
+nor refute, so a verdict resting on one is "inconclusive (budget)", naming the point, the steps it
+ran and how many seeds converged.
 A model at chance whose information reach finds no path from the evidence to the answer (at
 initialisation and trained) is blind by construction, not short of steps: that point counts.
 Where the state probe was run (state_probe.json), a point whose state answers clearly more than
@@ -44,6 +47,11 @@ class Point:
     @property
     def limited(self) -> bool:
         return self.nothing_learned or self.not_converged > 0 or self.read_not_learned
+
+    @property
+    def lower_bound(self) -> bool:
+        """Learned something and is still learning: more steps could only raise it."""
+        return self.not_converged > 0 and not self.nothing_learned and not self.read_not_learned
 
     def probed_seeds(self) -> str:
         return f"{self.probe_seeds} seed{'s' * (self.probe_seeds != 1)}"
@@ -112,10 +120,27 @@ def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bo
         nothing_learned=judge_learning and not blind and spec.nothing_learned(accuracy, chance), **probe)
 
 
-def budget_note(points: list[Point]) -> str | None:
+def lower_bounds(points: list[Point], rising: list[Point]) -> list[Point]:
+    """The points of `rising` (those whose rising can only strengthen the verdict at hand) that are
+    lower bounds; the caller passes `rising` only for a verdict that supports."""
+    keys = {(p.label, p.where) for p in rising}
+    return [p for p in points if p.lower_bound and (p.label, p.where) in keys]
+
+
+def lower_bound_note(points: list[Point]) -> str | None:
+    """What the verdict read as lower bounds, or None."""
+    if not points:
+        return None
+    return "lower bound" + "s" * (len(points) > 1) + ", still learning: " + "; ".join(
+        p.describe() for p in {(p.label, p.where): p for p in points}.values())
+
+
+def budget_note(points: list[Point], rising: list[Point] = ()) -> str | None:
     """'inconclusive (budget): ...' naming every limited point (a model's further points after its
-    first without its name again), or None when no point is limited."""
-    limited = list({(p.label, p.where): p for p in points if p.limited}.values())
+    first without its name again), or None when no point is limited. Lower bounds among `rising`
+    (lower_bounds) do not limit."""
+    bounds = {(p.label, p.where) for p in lower_bounds(points, list(rising))}
+    limited = list({(p.label, p.where): p for p in points if p.limited and (p.label, p.where) not in bounds}.values())
     if not limited:
         return None
     parts, previous = [], None

@@ -24,7 +24,7 @@ import pandas as pd
 from .claims import load_power
 from .data import RunData, model_order, per_seed, slug, task_label, task_order, variant_order
 from .figures import save_figure
-from .stats import bootstrap_ci
+from .stats import bootstrap_ci, interval_label
 from .tables import fmt_ci, md_table
 
 AXIS = "n_writes"
@@ -198,7 +198,7 @@ def _seed_note(p: pd.DataFrame, interval: str = "band") -> str:
     if seeds == [1]:
         return f"1 seed per point: no interval {interval}"
     count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-    return f"mean of {count} seeds per point, 95% bootstrap {interval}"
+    return f"mean of {count} seeds per point, {interval_label(seeds)} {interval}"
 
 
 def _hollow_legend(ax) -> None:

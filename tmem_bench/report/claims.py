@@ -24,6 +24,7 @@ class ClaimSpec:
     task: str | None = None
     memory: str | None = None
     baselines: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()  # growing-state models a drop must exceed to be a fixed state's (saturation)
     margin: float | None = None
     accuracy_tolerance: float | None = None
     gate_tolerance: float | None = None
@@ -41,6 +42,8 @@ class ClaimSpec:
 
         return self.explain.format(
             memory=self.memory, baselines=", ".join(self.baselines), reference=self.reference,
+            references=", ".join(self.references), attention_reference=load_power().attention_reference,
+            halfway=number(load_power().halfway, 100),
             margin=number(self.margin, 100), accuracy_tolerance=number(self.accuracy_tolerance, 100),
             gate_tolerance=number(self.gate_tolerance), supported_ratio=number(self.supported_ratio),
             refuted_ratio=number(self.refuted_ratio), keeps=number(self.keeps, 100),
@@ -83,7 +86,8 @@ class PowerSpec:
         return (f"A point (a model at a level) that learned nothing (within {100 * self.learned_margin:g} points of "
                 f"chance) or had a seed whose training had not converged (the convergence rule) shows the "
                 f"training budget, not the model: it neither supports nor refutes, and a verdict resting on one "
-                f"is {BUDGET}. A model at chance with no path from the evidence to the answer (its information "
+                f"is {BUDGET}; but a point that learned and is still learning is a lower bound, and may support a "
+                f"verdict that its rising could only strengthen (never refute one). A model at chance with no path from the evidence to the answer (its information "
                 f"reach) is blind by construction, and counts.")
 
 
@@ -130,6 +134,7 @@ def load_claims() -> tuple[ClaimSpec, ...]:
     for entry in table["claims"]:
         values = {**table.get("defaults", {}), **entry}
         values["baselines"] = tuple(values.get("baselines", ()))
+        values["references"] = tuple(values.get("references", ()))
         specs.append(ClaimSpec(**values))
     return tuple(specs)
 

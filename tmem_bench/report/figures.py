@@ -14,6 +14,7 @@ from ..files import write_atomic
 from ..levels import level_key
 from .colors import label_colors, label_markers
 from .data import TASK_ORDER, RunData, model_order, natural_key, ordered, slug, task_order, variant_order
+from .stats import interval_label
 from .tables import level_sort_key, reliance_frame, summary_frame
 from .views import curve_data, generalisation_view, panels, sweep_axis, train_level_rank, training_view
 
@@ -189,7 +190,7 @@ def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: S
         title += "\n1 seed per point: no interval band"
     elif seeds:
         count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-        title += f"\nmean of {count} seeds per point, 95% bootstrap band"
+        title += f"\nmean of {count} seeds per point, {interval_label(seeds)} band"
     return finish_figure(fig, axes, drawn, title)
 
 

@@ -11,7 +11,7 @@ from .data import RunData, model_order, slug, task_label, task_order, variant_or
 from .power import model_rows, power_lines, power_rule
 from .profiles import builtin_profiles, section_models
 from .selection import selection_lines
-from .stats import N_BOOT
+from .stats import BOOTSTRAP_FROM, N_BOOT, interval_label
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
 from .views import sweep_axis, train_level_rank
 
@@ -57,8 +57,10 @@ def _how_to_read(data: RunData) -> list[str]:
     max_seeds = int(data.table.groupby(["task", "variant", "label", "train_level", "level"])["seed"].nunique().max())
     out = ["", "## How to read this report", "",
            f"Accuracy is measured on each level's fixed evaluation set. Means are over seeds; intervals are 95% "
-           f"percentile-bootstrap intervals of the mean over seeds ({N_BOOT:,} resamples, seeded, so the report is "
-           f"reproducible). Chance (best constant predictor) and ceiling (best accuracy the information in the "
+           f"intervals of the mean over seeds: Student's t intervals (n-1 degrees of freedom; Welch's for a "
+           f"difference) below {BOOTSTRAP_FROM} seeds, where a bootstrap cannot see the spread, and percentile-bootstrap "
+           f"intervals ({N_BOOT:,} resamples, seeded, so the report is reproducible) from {BOOTSTRAP_FROM} up; this "
+           f"run's intervals are {interval_label([max_seeds])} intervals. Chance (best constant predictor) and ceiling (best accuracy the information in the "
            f"evaluation set allows) are drawn as dashed and dotted lines.",
            ""]
     if max_seeds == 1:
@@ -151,7 +153,7 @@ def _power(data: RunData, power: list[dict], spec: PowerSpec) -> list[str]:
              fmt_pct(r["chance"]), fmt_pct(r["ceiling"]), f"**{r['verdict']}**", r["reason"]] for r in power]
     return out + ["", "Reach: the gradient of the answer tokens' outputs with respect to the evidence tokens, "
                   "relative to that with respect to the answer tokens (0: no path from the evidence to the answer). "
-                  "Lead: the best model's mean minus the next one's, with the 95% bootstrap interval of the "
+                  "Lead: the best model's mean minus the next one's, with the 95% interval of the "
                   "difference. "
                   "Still learning: seeds whose train loss was still falling at the end (the convergence rule of "
                   "claims.toml).", "", md_table(header, body)] + _per_model(data, spec)

@@ -37,7 +37,8 @@ def power_rule(spec: PowerSpec) -> str:
             f"{ref} there is no verdict. A task without level axes is a control, not a discriminator. The verdict is "
             f"{BUDGET} where the best other model learned nothing or had a seed whose training had not "
             f"converged, or where a seed of {ref} had not converged ({ref} is read for being blind, so only its "
-            f"convergence counts): a point of the training budget neither supports nor refutes.")
+            f"convergence counts): a point of the training budget neither supports nor refutes. A best model "
+            f"that already passes and is still learning is a lower bound, and its variant discriminates.")
 
 
 def power_verdict(reference: float | None, best: float | None, best_model: str | None, memory_off: float | None,
@@ -128,7 +129,8 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         if reference is not None and best_model is not None:
             read = [point(honest[honest["label"] == best_model], spec),
                     point(honest[honest["label"] == spec.attention_reference], spec, judge_learning=False)]
-            if budget := budget_note(read):
+            # A best model already past the bar and still learning is a lower bound: it only rises.
+            if budget := budget_note(read, read[:1] if verdict == DISCRIMINATES else []):
                 verdict, why = BUDGET, f"{budget.removeprefix(BUDGET + ': ')}; {why}"
     best_rows = g[g["label"] == best_model]
     runner_up = max((m for m in means if m != best_model), key=means.get, default=None)

@@ -6,15 +6,19 @@ import pandas as pd
 
 from ..levels import level_key
 from ..registry import TASKS
-from .budget import Point, budget_note, point
+from .budget import Point, budget_note, lower_bound_note, lower_bounds, point
 from .capacity import (AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks,
                        points)
-from .claims import Claim, ClaimSpec, claim_spec, load_claims
+from .claims import Claim, ClaimSpec, claim_spec, load_claims, load_power
 from .data import RunData, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
-from .stats import BUDGET, INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
+from .stats import (BUDGET, EPS, INCONCLUSIVE, NOT_TESTABLE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci,
+                    combine, compare)
 from .tables import fmt_ci, fmt_pct, fmt_points
 from .views import in_panel, panels, sweep_axis, trained_in_panel
+
+
+TRAINED_EACH = "trained at each level"
 
 
 def _claim_rows(data: RunData, spec: ClaimSpec, variant: str, x_axis: str, panel: dict, models: list[str]):
@@ -24,7 +28,7 @@ def _claim_rows(data: RunData, spec: ClaimSpec, variant: str, x_axis: str, panel
                    & data.table["label"].isin(models)]
     trained = in_panel(t[t["trained_at_level"]], panel)
     if trained[trained["label"] == spec.memory][x_axis].nunique() >= 2:
-        return trained, "trained at each level"
+        return trained, TRAINED_EACH
     rows_ = trained_in_panel(t, panel)
     levels = ", ".join(sorted(set(rows_[rows_["label"] == spec.memory]["train_level"])))
     return rows_, f"generalisation view: trained at {levels}, evaluated at every level"
@@ -67,11 +71,28 @@ def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[st
                         if not per_variant else "this run has only memory-forcing variants, not the paper's setting")
 
 
+def _censored(rows_: pd.DataFrame, x_axis: str, x) -> str | None:
+    """Why a comparison with the attention reference at level x cannot show a memory's advantage
+    (the reference already gets at least the power rule's halfway from chance to ceiling), or None."""
+    spec = load_power()
+    ref = rows_[(rows_["label"] == spec.attention_reference) & (rows_[x_axis] == x)]
+    if ref.empty:
+        return None
+    accuracy, chance, ceiling = float(per_seed(ref).mean()), float(ref["chance"].mean()), float(ref["ceiling"].mean())
+    if accuracy < spec.halfway_mark(chance, ceiling) - EPS:
+        return None
+    return (f"attention alone does it at {x_axis}={x}: {spec.attention_reference} {fmt_pct(accuracy)}, at least "
+            f"{100 * spec.halfway:g}% of the way from chance {fmt_pct(chance)} to ceiling {fmt_pct(ceiling)}, so an "
+            f"advantage of a memory cannot show")
+
+
 def _per_panel(claim: Claim, spec: ClaimSpec, data: RunData, models: list[str], check) -> None:
     """Run `check(rows, view, x_axis, panel)` on the rows of `models` (_claim_rows) in every variant and
     panel of the claim's task, then give the headline verdict. A check returns None where the panel
-    has too little to decide, else (evidence row, verdict, the points it read). The verdict is
-    withheld where a model read leaks (inconclusive) or a point read is the budget's (budget.py)."""
+    has too little to decide, else (evidence row, verdict, the points it read, those of them whose
+    rising can only strengthen a supporting verdict). The verdict is withheld where a model read
+    leaks (inconclusive) or a point read is the budget's (budget.py; a lower bound among the rising
+    points of a supporting verdict is not)."""
     reason = _missing_models(data, spec, models)
     if reason:
         claim.reason = reason
@@ -84,14 +105,16 @@ def _per_panel(claim: Claim, spec: ClaimSpec, data: RunData, models: list[str], 
             checked = check(*_claim_rows(data, spec, variant, x_axis, panel, models), x_axis, panel)
             if checked is None:
                 continue
-            evidence, verdict, read = checked
-            leak, budget = data.leak_note({p.label for p in read}), budget_note(read)
+            evidence, verdict, read, rising = checked
+            rising = rising if verdict == SUPPORTED else []
+            leak, budget = data.leak_note({p.label for p in read}), budget_note(read, rising)
             if leak:
                 verdict, shown = INCONCLUSIVE, f"{INCONCLUSIVE} ({leak})"
             elif budget:
                 verdict, shown = BUDGET, budget
             else:
-                shown = verdict
+                bounds = lower_bound_note(lower_bounds(read, rising))
+                shown = f"{verdict} ({bounds})" if bounds else verdict
             verdicts.append(verdict)
             claim.evidence.append({"variant": variant, **evidence, "verdict": shown})
         if verdicts:
@@ -114,7 +137,9 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         best_x = base_x[base_x["label"] == best]
         cmp = compare(per_seed(mem_x), per_seed(best_x), spec.margin)
         off = mem_x.dropna(subset=["accuracy_memory_off"])
-        return {
+        censored = _censored(rows_, x_axis, x)
+        read = [point(mem_x), point(best_x)]
+        evidence = {
             "level": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis}={x}"]),
             "view": view, "seeds": int(mem_x["seed"].nunique()),
             spec.memory: fmt_ci(*bootstrap_ci(per_seed(mem_x))),
@@ -122,9 +147,12 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             "lead (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
             f"{spec.memory} memory off": fmt_pct(off["accuracy_memory_off"].mean()) if not off.empty else "-",
             "chance": fmt_pct(mem_x["chance"].mean()), "ceiling": fmt_pct(mem_x["ceiling"].mean()),
-        }, cmp["verdict"], [point(mem_x), point(best_x)]
+        }
+        if censored:
+            return {**evidence, "why": censored}, NOT_TESTABLE, [], []
+        return evidence, cmp["verdict"], read, read[:1]
 
-    _per_panel(claim, spec, data, [spec.memory, *spec.baselines], check)
+    _per_panel(claim, spec, data, [spec.memory, *spec.baselines, load_power().attention_reference], check)
 
 
 def _drops(rows_: pd.DataFrame, model: str, x_axis: str, x_lo, x_hi) -> np.ndarray:
@@ -155,7 +183,8 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                 for x in (x_lo, x_hi)]
         mem_hi = rows_[(rows_["label"] == spec.memory) & (rows_[x_axis] == x_hi)].dropna(
             subset=["accuracy_memory_off"])
-        return {
+        censored = _censored(rows_, x_axis, x_hi)
+        evidence = {
             "levels": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis} {x_lo} -> {x_hi}"]),
             "view": view, "seeds": int(mem.size),
             f"{spec.memory} drop (points)": fmt_points(*bootstrap_ci(mem)),
@@ -164,30 +193,58 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
             f"{spec.memory} memory off at {x_axis}={x_hi}":
                 f"{fmt_pct(mem_hi['accuracy_memory_off'].mean())} (on {fmt_pct(mem_hi['accuracy'].mean())})"
                 if not mem_hi.empty else "-",
-        }, cmp["verdict"], read
+        }
+        if censored:
+            return {**evidence, "why": censored}, NOT_TESTABLE, [], []
+        # A smaller memory drop: the memory higher at the longest level, the baseline at the shortest.
+        return evidence, cmp["verdict"], read, [read[1], read[2]]
 
-    _per_panel(claim, spec, data, [spec.memory, *spec.baselines], check)
+    _per_panel(claim, spec, data, [spec.memory, *spec.baselines, load_power().attention_reference], check)
 
 
 def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
-    """The memory model's own accuracy falls clearly from the smallest to the largest level of the sweep."""
+    """The memory model's accuracy falls from the fewest to the most levels of the sweep clearly more
+    than that of a growing-state reference trained and read the same way: only that part of a drop
+    can be credited to a state of fixed size. Read from models trained at each level; a drop from
+    one training level is extrapolation, which mixes length generalisation with capacity."""
 
     def check(rows_, view, x_axis, panel):
-        xs = sorted(set(rows_[x_axis]))
+        xs = sorted(set(rows_[rows_["label"] == spec.memory][x_axis]))
         if len(xs) < 2:
             return None
-        lo, hi = rows_[rows_[x_axis] == xs[0]], rows_[rows_[x_axis] == xs[-1]]
-        cmp = compare(per_seed(lo), per_seed(hi), spec.margin)
-        read = [point(lo), point(hi)]
-        return {
+        x_lo, x_hi = xs[0], xs[-1]
+        mem = rows_[rows_["label"] == spec.memory]
+        lo, hi = mem[mem[x_axis] == x_lo], mem[mem[x_axis] == x_hi]
+        drop = _drops(rows_, spec.memory, x_axis, x_lo, x_hi)
+        evidence = {
             "level": level_key(panel), "view": view,
-            f"fewest {x_axis}": f"{xs[0]}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
-            f"most {x_axis}": f"{xs[-1]}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
-            "drop (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
-            f"state probe at {xs[-1]}": read[1].probe_note() or "not run there",
-        }, cmp["verdict"], read
+            f"fewest {x_axis}": f"{x_lo}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
+            f"most {x_axis}": f"{x_hi}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
+            f"{spec.memory} drop (points)": fmt_points(*bootstrap_ci(drop)),
+        }
+        if view != TRAINED_EACH:
+            return {**evidence, "why": "an extrapolation drop: trained at one level, so it mixes length "
+                                       "generalisation with capacity"}, NOT_TESTABLE, [], []
+        refs = {m: d for m in model_order(rows_) if m in spec.references
+                and not point(rows_[(rows_["label"] == m) & (rows_[x_axis] == x_lo)]).nothing_learned
+                and (d := _drops(rows_, m, x_axis, x_lo, x_hi)).size}
+        read = [point(lo), point(hi)]
+        if not refs:
+            return {**evidence, "why": f"no growing-state reference ({', '.join(spec.references)}) learned the task "
+                                       f"at {x_axis}={x_lo}"}, INCONCLUSIVE, read, []
+        ref = max(refs, key=lambda m: refs[m].mean())  # the reference that drops most
+        cmp = compare(drop, refs[ref], spec.margin)
+        ref_rows = rows_[rows_["label"] == ref]
+        read += [point(ref_rows[ref_rows[x_axis] == x_lo]), point(ref_rows[ref_rows[x_axis] == x_hi])]
+        evidence.update({
+            "growing-state reference drop (points)": f"{ref} {fmt_points(*bootstrap_ci(refs[ref]))}",
+            "drop beyond it (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
+            f"state probe at {x_hi}": read[1].probe_note() or "not run there",
+        })
+        # A larger memory drop: the memory higher at the fewest levels, the reference at the most.
+        return evidence, cmp["verdict"], read, [read[0], read[3]]
 
-    _per_panel(claim, spec, data, [spec.memory], check)
+    _per_panel(claim, spec, data, [spec.memory, *spec.references], check)
 
 
 def throughput(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
@@ -225,12 +282,14 @@ def throughput(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
 def _keeps(p: pd.DataFrame, read: list[Point], keeps: float) -> tuple[str, int | None]:
     """(verdict, the first W where a point that learned and converged lies entirely below `keeps`).
     Such a point refutes whatever the others are; else a point of the budget's leaves it
-    inconclusive (budget); else supported when every interval lies at or above `keeps`."""
+    inconclusive (budget), except a lower bound already at or above `keeps`; else supported when
+    every interval lies at or above `keeps`."""
     clean = ~pd.Series([r.limited for r in read], index=p.index)
     below = p[clean & (p["high"] < keeps)]
     if not below.empty:
         return REFUTED, int(below[AXIS].min())
-    if not clean.all():
+    passed = pd.Series([r.lower_bound for r in read], index=p.index) & (p["low"] >= keeps - 1e-12)
+    if not (clean | passed).all():
         return BUDGET, None
     return (SUPPORTED if (p["low"] >= keeps - 1e-12).all() else INCONCLUSIVE), None
 

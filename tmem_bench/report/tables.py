@@ -15,9 +15,11 @@ def fmt_pct(x) -> str:
 
 
 def fmt_ci(mean, low, high) -> str:
+    """An accuracy with its interval, clipped to [0, 100]: a t interval of few seeds may reach past
+    them, where a mean of accuracies cannot lie."""
     if low == high:
         return fmt_pct(mean)
-    return f"{fmt_pct(mean)} [{100 * low:.1f}, {100 * high:.1f}]"
+    return f"{fmt_pct(mean)} [{100 * max(low, 0.0):.1f}, {100 * min(high, 1.0):.1f}]"
 
 
 def fmt_points(mean, low, high) -> str:
