@@ -20,6 +20,12 @@ Encodings (`encoding`), how the adapter turns an episode into tokens:
              an embedding of its value and of the token type; attention can match a
              query to the cells with its index directly.
 
+Positions (`positions`, P): 0 (the default) adds none, so a token's place in the
+sequence is known only from causal attention's order; P > 0 adds a learned absolute
+position embedding (P of them, initialised at zero) to the token at each place, as the
+paper's reference does (it sizes the table for its longest horizon plus the query: 65).
+A level whose sequence is longer than P is refused.
+
 Window trajectories: "random" places every window uniformly at random (the
 paper's setting); "walk" starts at a random position and moves one cell up, down,
 left or right each step, turning back at the edges.
@@ -80,10 +86,13 @@ def query_seen(batch: Batch) -> torch.Tensor:
 
 
 class MapBuildingAdapter(Adapter):
-    def __init__(self, d_model: int, block_queries: bool, encoding: str = "scalar"):
+    def __init__(self, d_model: int, block_queries: bool, encoding: str = "scalar", positions: int = 0):
         super().__init__()
         self.block_queries = block_queries
         self.encoding = encoding
+        # Zeros, as the paper's reference starts its table; absent at 0 so that a model without
+        # positions keeps the parameters (and state dicts) it always had.
+        self.pos = nn.Parameter(torch.zeros(positions, d_model)) if positions else None
         if encoding == "scalar":
             self.proj = nn.Linear(N_FEATURES, d_model)
         else:
@@ -93,6 +102,10 @@ class MapBuildingAdapter(Adapter):
         self.head_proj = nn.Linear(d_model, 2)
 
     def forward(self, batch: Batch) -> torch.Tensor:
+        x = self._tokens(batch)  # (B, S, d)
+        return x if self.pos is None else x + self.pos[:x.shape[1]]
+
+    def _tokens(self, batch: Batch) -> torch.Tensor:
         if self.encoding == "scalar":
             return self.proj(tokens(batch))  # (B, T + Q, d)
         patches, windows, query = batch["patches"], batch["windows"], batch["query"]  # (B, T, 4), (B, T, 2), (B, Q, 2)
@@ -126,7 +139,7 @@ class MapBuilding(Task):
     memory_forcing = ("memory_forcing", "cells_memory_forcing")
 
     def __init__(self, trajectory: str = "random", p_occupied: float = 0.5, block_queries: bool = False,
-                 encoding: str = "scalar", n_queries: int = 1):
+                 encoding: str = "scalar", n_queries: int = 1, positions: int = 0):
         if trajectory not in TRAJECTORIES:
             raise UsageError(f"trajectory {trajectory!r} is not one of {', '.join(TRAJECTORIES)}")
         if encoding not in ENCODINGS:
@@ -136,13 +149,25 @@ class MapBuilding(Task):
         self.block_queries = bool(block_queries)
         self.encoding = encoding
         self.n_queries = check_int("n_queries", n_queries)
+        self.positions = check_int("positions", positions, minimum=0)
 
     def options(self) -> dict:
-        return {"trajectory": self.trajectory, "p_occupied": self.p_occupied, "block_queries": self.block_queries,
-                "encoding": self.encoding, "n_queries": self.n_queries}
+        options = {"trajectory": self.trajectory, "p_occupied": self.p_occupied, "block_queries": self.block_queries,
+                   "encoding": self.encoding, "n_queries": self.n_queries}
+        if self.positions:  # recorded only where set, so that cells without positions keep their ids
+            options["positions"] = self.positions
+        return options
+
+    def seq_len(self, horizon: int) -> int:
+        """Tokens of an episode: its observations' (one per view, or one per observed cell), then the queries."""
+        return horizon * (1 if self.encoding == "scalar" else WINDOW * WINDOW) + self.n_queries
 
     def check_value(self, axis: str, value):
-        return check_int(axis, value)
+        value = check_int(axis, value)
+        if self.positions and self.seq_len(value) > self.positions:
+            raise UsageError(f"horizon {value} makes {self.seq_len(value)} tokens, more than positions "
+                             f"({self.positions}); raise positions or lower the horizon")
+        return value
 
     def _windows(self, batch_size: int, horizon: int, generator: torch.Generator) -> torch.Tensor:
         n = GRID - WINDOW + 1
@@ -174,7 +199,7 @@ class MapBuilding(Task):
         return ~queries, queries
 
     def make_adapter(self, d_model: int) -> Adapter:
-        return MapBuildingAdapter(d_model, self.block_queries, self.encoding)
+        return MapBuildingAdapter(d_model, self.block_queries, self.encoding, self.positions)
 
     def chance(self, level: Level) -> float:
         return max(self.p_occupied, 1 - self.p_occupied)

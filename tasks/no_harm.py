@@ -7,7 +7,9 @@ does no harm and, for gated models, where the gate goes when memory is not neede
 (the harness records gate values for every gated model). No sweep axis.
 
 The next token is a function of the current token alone, so the adapter is a token
-embedding without positions, and the ceiling is 1.
+embedding without positions by default, and the ceiling is 1. `positions = P` (at least
+`seq_len`) adds a learned absolute position embedding, initialised at zero, as the
+paper's reference does (P = 32, its sequence length).
 """
 from __future__ import annotations
 
@@ -15,17 +17,20 @@ import torch
 import torch.nn as nn
 
 from tmem_bench.contracts.task import Adapter, Batch, Level, Task
-from tmem_bench.errors import check_int
+from tmem_bench.errors import UsageError, check_int
 
 
 class NoHarmAdapter(Adapter):
-    def __init__(self, d_model: int, vocab: int):
+    def __init__(self, d_model: int, vocab: int, positions: int = 0):
         super().__init__()
         self.emb = nn.Embedding(vocab, d_model)
         self.head_proj = nn.Linear(d_model, vocab)
+        # Absent at 0, so that a model without positions keeps its parameters as they were.
+        self.pos = nn.Parameter(torch.zeros(positions, d_model)) if positions else None
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        return self.emb(batch["tokens"])  # (B, S, d)
+        x = self.emb(batch["tokens"])  # (B, S, d)
+        return x if self.pos is None else x + self.pos[:x.shape[1]]
 
     def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:
         return self.head_proj(h[:, :-1])  # (B, S - 1, vocab)
@@ -35,12 +40,18 @@ class NoHarm(Task):
     name = "no_harm"
     axes = ()
 
-    def __init__(self, seq_len: int = 32, vocab: int = 16):
+    def __init__(self, seq_len: int = 32, vocab: int = 16, positions: int = 0):
         self.seq_len = check_int("seq_len", seq_len, minimum=2)
         self.n_classes = check_int("vocab", vocab, minimum=2)
+        self.positions = check_int("positions", positions, minimum=0)
+        if 0 < self.positions < self.seq_len:
+            raise UsageError(f"positions ({self.positions}) must be 0 or at least seq_len ({self.seq_len})")
 
     def options(self) -> dict:
-        return {"seq_len": self.seq_len, "vocab": self.n_classes}
+        options = {"seq_len": self.seq_len, "vocab": self.n_classes}
+        if self.positions:  # recorded only where set, so that cells without positions keep their ids
+            options["positions"] = self.positions
+        return options
 
     def sample(self, level: Level, batch_size: int, generator: torch.Generator) -> Batch:
         start = torch.randint(0, self.n_classes, (batch_size, 1), generator=generator)
@@ -48,7 +59,7 @@ class NoHarm(Task):
         return {"tokens": tokens, "target": tokens[:, 1:]}
 
     def make_adapter(self, d_model: int) -> Adapter:
-        return NoHarmAdapter(d_model, self.n_classes)
+        return NoHarmAdapter(d_model, self.n_classes, self.positions)
 
     def oracle(self, level: Level, batch: Batch) -> torch.Tensor:
         return (batch["tokens"][:, :-1] + 1) % self.n_classes  # (B, S - 1)

@@ -192,7 +192,7 @@ def test_a_profile_variant_option_the_task_does_not_declare_is_refused(board):
     craft(board, toml=lambda t: t + 'variants = [{ command = "touch pwned" }]\n')
     lines = validate(board).rejections
     assert ("t-base: profile: tasks.no_harm.variants[0]: task 'no_harm' takes no option 'command'; "
-            "it takes: seq_len, vocab") in lines
+            "it takes: seq_len, vocab, positions") in lines
 
 
 def test_the_cli_refuses_module_names_unless_trusted(board, evil, capsys):

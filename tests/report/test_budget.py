@@ -185,10 +185,15 @@ def test_a_clean_point_below_refutes_whatever_the_other_points_are(tmp_path):
 
 
 def test_the_budget_names_each_point_its_steps_and_its_seeds(tmp_path):
-    claim = _capacity_run(tmp_path, {5: 0.95, 20: 0.90, 40: CHANCE["coordinate_binding"]}, unconverged={(20, 0)})
+    claim = _capacity_run(tmp_path, {5: 0.95, 20: 0.60, 40: CHANCE["coordinate_binding"]}, unconverged={(20, 0)})
     assert claim.verdict == BUDGET
     assert claim.reason == ("inconclusive (budget): tensor at n_writes=20 had not converged in 150 steps (2 of 3 "
                             "seeds converged), at n_writes=40 learned nothing in 90-150 steps (3 of 3 seeds converged)")
+    # A point still learning already above 75% is a lower bound that passes: not named as the budget's.
+    claim = _capacity_run(tmp_path / "bound", {5: 0.95, 20: 0.90, 40: CHANCE["coordinate_binding"]},
+                          unconverged={(20, 0)})
+    assert claim.reason == ("inconclusive (budget): tensor at n_writes=40 learned nothing in 90-150 steps (3 of 3 "
+                            "seeds converged)")
 
 
 def test_budget_outranks_a_plain_inconclusive_not_a_refutation():
@@ -301,3 +306,20 @@ def test_the_state_probe_is_read_at_the_level_each_cell_was_trained_at(tmp_path)
     data = load_run(tmp_path)
     assert data.table["probe_accuracy"].isna().all()
     assert any(p.startswith("state_probe.json is unreadable") for p in data.problems)
+
+
+def test_a_blind_reference_is_no_growing_state_reference_for_saturation(tmp_path):
+    """Memory forcing: base is at chance with no path to the writes, so its drop (none) says nothing
+    of what a growing state does as W grows; the tensor's drop cannot be credited to its fixed size."""
+    b = RunBuilder(tmp_path)
+    c = CHANCE["coordinate_binding"]
+    for w, tensor in ((5, 0.95), (40, 0.30)):
+        for seed in range(3):
+            for model, accuracy in (("tensor", tensor - 0.004 * seed), ("base", c + 0.001 * seed)):
+                cid = b.cell("coordinate_binding", model, seed, (w, 0.0), {(w, 0.0): accuracy})
+                patch(tmp_path, cid, convergence={"converged": True},
+                      reach={"init": {"ratio": 0.0}, "trained": {"ratio": 0.0}} if model == "base" else None)
+    b.manifest()
+    claim = check_claim(load_run(tmp_path), "saturation")
+    assert claim.verdict == INCONCLUSIVE, claim.reason
+    assert "no growing-state reference (base, base_wide) learned the task at n_writes=5" in claim.reason

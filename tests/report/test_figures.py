@@ -12,7 +12,7 @@ from matplotlib.colors import to_hex
 
 from tests.report.helpers import ABLATION, CB_SUPPORT, write_cell
 from tmem_bench.registry import BACKBONES, BUILTIN_MODELS, backbone_names
-from tmem_bench.report import Style, accuracy_figure, bootstrap_ci, capacity, curve_data, training_view
+from tmem_bench.report import Style, accuracy_figure, capacity, curve_data, mean_ci, training_view
 from tmem_bench.report.colors import BUILTIN_COLORS, label_colors, model_colors
 from tmem_bench.report.data import load_run
 from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, draw_figures
@@ -228,7 +228,7 @@ def test_accuracy_figure_plots_the_seed_means_and_intervals(report, tmp_path):
         series = panel["series"][model]
         assert series["x"] == [5.0, 20.0, 50.0]
         for x, mean, low, high in zip(series["x"], series["mean"], series["low"], series["high"]):
-            assert (mean, low, high) == bootstrap_ci(CB_SUPPORT[(int(x), model)])
+            assert (mean, low, high) == mean_ci(CB_SUPPORT[(int(x), model)])
     assert drawn["panels"][2]["series"]["base"]["mean"] == pytest.approx([1 / 32] * 2)
     assert panel["chance"] == pytest.approx([1 / 32] * 3) and panel["ceiling"] == [1.0] * 3
 

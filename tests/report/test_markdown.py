@@ -31,7 +31,7 @@ def test_a_run_without_tensor_memory_opens_with_its_own_models(tmp_path):
     not_checked = [line for line in lines if "not checked here" in line]
     assert len(not_checked) == len(specs) - 1 and all("a tensor model" in line for line in not_checked)
     assert all("profile" in line for line in not_checked)
-    assert any("capacity" in line and "checked by the capacity, capacity_converge, paper profiles" in line for line in not_checked)
+    assert any("capacity" in line and "checked by the capacity, capacity_converge, paper, paper_protocol profiles" in line for line in not_checked)
     assert "no-harm control" in claims and "| claim | verdict | why |" in claims
     assert text.count("### coordinate binding") == 0
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tests.report.helpers import CB_SUPPORT, NOISES, RunBuilder
-from tmem_bench.report import bootstrap_ci, load_run, run_data, summary_frame, summary_rich
+from tmem_bench.report import load_run, mean_ci, run_data, summary_frame, summary_rich
 
 
 def test_summary_rows_have_ci_cost_and_probe(report):
@@ -13,7 +13,7 @@ def test_summary_rows_have_ci_cost_and_probe(report):
     row = s[(s["task"] == "coordinate_binding") & (s["series"] == "tensor") & (s["level"] == "n_writes=50,noise=0.0")]
     assert len(row) == 1
     row = row.iloc[0]
-    assert (row["accuracy"], row["low"], row["high"]) == bootstrap_ci(CB_SUPPORT[(50, "tensor")])
+    assert (row["accuracy"], row["low"], row["high"]) == mean_ci(CB_SUPPORT[(50, "tensor")])
     assert row["memory off"] == pytest.approx(1 / 32) and row["seeds"] == 3
     assert row["steps/s"] == 2.0 and row["wall s"] == 15.0 and row["probe"] == "causal"
     # Summary lists where models were trained (the per-level training view), sorted by level.

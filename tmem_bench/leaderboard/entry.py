@@ -134,7 +134,8 @@ def _selected(rows: list[dict]) -> list[dict]:
 
 def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
     """(per task, variant, training level and evaluation level: mean accuracy over seeds with its
-    bootstrap interval; per task and variant: the score, the unweighted mean of the shown levels)."""
+    percentile-bootstrap interval (kept for the board at every seed count, so that the committed
+    entries' derived numbers stay what validation rebuilds; reports use t intervals below 5 seeds); per task and variant: the score, the unweighted mean of the shown levels)."""
     groups: dict[tuple, list] = {}
     for result in results:
         cell = result["cell"]

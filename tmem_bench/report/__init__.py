@@ -19,7 +19,8 @@ from .figures import Style, accuracy_figure, build_figures, save_figure
 from .no_harm import no_harm_verdict, no_harm_verdicts
 from .power import power_rows, power_rule, power_summary, power_verdict
 from .rules import RULES, check_claim, check_claims
-from .stats import INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare
+from .stats import (INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci, combine, compare, diff_ci,
+                    mean_ci)
 from .tables import final_gate_table, summary_frame, summary_markdown, summary_rich
 from .views import curve_data, generalisation_view, sweep_axis, training_view
 from .write import Report, write_report
@@ -27,7 +28,7 @@ from .write import Report, write_report
 __all__ = [
     "Claim", "ClaimSpec", "INCONCLUSIVE", "PowerSpec", "REFUTED", "RULES", "Report", "RunData", "SUPPORTED", "Style",
     "accuracy_figure", "bootstrap_ci", "bootstrap_diff_ci", "build_figures", "check_claim", "check_claims",
-    "combine", "compare", "curve_data", "final_gate_table", "generalisation_view", "load_claims", "load_power",
+    "combine", "compare", "curve_data", "diff_ci", "mean_ci", "final_gate_table", "generalisation_view", "load_claims", "load_power",
     "load_run", "no_harm_verdict", "no_harm_verdicts", "power_rows", "power_rule", "power_summary", "power_verdict",
     "run_data", "save_figure", "summary_frame", "summary_markdown", "summary_rich", "sweep_axis",
     "training_view", "write_report",

@@ -24,7 +24,7 @@ import pandas as pd
 from .claims import load_power
 from .data import RunData, model_order, per_seed, slug, task_label, task_order, variant_order
 from .figures import save_figure
-from .stats import bootstrap_ci, interval_label
+from .stats import interval_label, mean_ci
 from .tables import fmt_ci, md_table
 
 AXIS = "n_writes"
@@ -89,7 +89,7 @@ def points(group: Group) -> pd.DataFrame:
     power = load_power()
     out = []
     for (model, w), g in group.rows.groupby(["label", AXIS]):
-        mean, low, high = bootstrap_ci(per_seed(g))
+        mean, low, high = mean_ci(per_seed(g))
         cells = g.drop_duplicates("cell_id")
         state = pd.to_numeric(cells.get("state_bytes", pd.Series(dtype=float)), errors="coerce").dropna()
         converged = list(cells["converged"]) if "converged" in cells else [None] * len(cells)

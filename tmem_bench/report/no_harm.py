@@ -8,7 +8,7 @@ import pandas as pd
 from .budget import budget_note, point
 from .claims import Claim, ClaimSpec
 from .data import RunData, model_order, per_seed, task_label, variant_order
-from .stats import BUDGET, EPS, INCONCLUSIVE, REFUTED, SUPPORTED, bootstrap_ci, combine
+from .stats import BUDGET, EPS, INCONCLUSIVE, REFUTED, SUPPORTED, combine, mean_ci
 from .tables import fmt_ci, fmt_pct
 
 
@@ -17,7 +17,7 @@ def no_harm_verdict(accuracies, ceiling: float, gate: float | None, gate_init: f
     """Reaches: the 95% interval of accuracy over seeds lies at or above ceiling - accuracy_tolerance
     (entirely below: does not; else inconclusive). Stays: the mean final gate is within gate_tolerance
     of its initial value (ungated models have no gate part). Both inclusive."""
-    mean, low, high = bootstrap_ci(accuracies)
+    mean, low, high = mean_ci(accuracies)
     target = ceiling - accuracy_tolerance
     reaches = SUPPORTED if low >= target - EPS else REFUTED if high < target - EPS else INCONCLUSIVE
     where = {SUPPORTED: "at or above", REFUTED: "below", INCONCLUSIVE: "straddling"}[reaches]

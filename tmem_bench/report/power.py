@@ -10,7 +10,7 @@ from .budget import budget_note, point
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
 from .selection import lr_note
-from .stats import BUDGET, EPS, INCONCLUSIVE, bootstrap_ci, bootstrap_diff_ci
+from .stats import BUDGET, EPS, INCONCLUSIVE, diff_ci, mean_ci
 from .tables import fmt_pct, level_sort_key
 
 DISCRIMINATES, DOES_NOT, CONTROL = "discriminates", "does not discriminate", "control (not a discriminator)"
@@ -136,7 +136,7 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
     runner_up = max((m for m in means if m != best_model), key=means.get, default=None)
     lead = None
     if runner_up is not None:
-        diff, low, high = bootstrap_diff_ci(per_seed(honest[honest["label"] == best_model]),
+        diff, low, high = diff_ci(per_seed(honest[honest["label"] == best_model]),
                                             per_seed(honest[honest["label"] == runner_up]))
         lead = {"over": runner_up, "diff": diff, "low": low, "high": high}
     return {"task": task, "variant": variant, "level": level, "seeds": int(g["seed"].nunique()), "lead": lead,
@@ -223,7 +223,7 @@ def model_rows(data: RunData, spec: PowerSpec | None = None, reach: ReachSpec | 
         chance, ceiling = float(g["chance"].mean()), float(g["ceiling"].mean())
         for label in model_order(g):
             m = g[g["label"] == label]
-            mean, low, high = bootstrap_ci(per_seed(m))
+            mean, low, high = mean_ci(per_seed(m))
             seeds = m.groupby("seed")["converged"].first()
             lrs = sorted(set(m["lr"].dropna()))
             reach_init, reach_trained = _mean(m, "reach_init"), _mean(m, "reach_trained")

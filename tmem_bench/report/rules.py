@@ -12,8 +12,8 @@ from .capacity import (AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups
 from .claims import Claim, ClaimSpec, claim_spec, load_claims, load_power
 from .data import RunData, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
-from .stats import (BUDGET, EPS, INCONCLUSIVE, NOT_TESTABLE, REFUTED, SUPPORTED, bootstrap_ci, bootstrap_diff_ci,
-                    combine, compare)
+from .stats import (BUDGET, EPS, INCONCLUSIVE, NOT_TESTABLE, REFUTED, SUPPORTED, combine, compare, diff_ci,
+                    mean_ci)
 from .tables import fmt_ci, fmt_pct, fmt_points
 from .views import in_panel, panels, sweep_axis, trained_in_panel
 
@@ -64,7 +64,8 @@ def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[st
     if paper:
         claim.verdict = combine([per_variant[v] for v in paper])
         rows_ = [e for e in claim.evidence if e.get("variant") in paper]
-        claim.reason = "; ".join(f"{e.get('level') or e.get('levels')}: {e['verdict']}" for e in rows_)
+        claim.reason = "; ".join(f"{e.get('level') or e.get('levels')}: {e['verdict']}"
+                                 + (f" ({e['why']})" if e.get("why") else "") for e in rows_)
     else:
         claim.verdict = INCONCLUSIVE
         claim.reason = ("no cells in the paper's setting with both the memory model and a baseline"
@@ -142,8 +143,8 @@ def memory_vs_baselines(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         evidence = {
             "level": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis}={x}"]),
             "view": view, "seeds": int(mem_x["seed"].nunique()),
-            spec.memory: fmt_ci(*bootstrap_ci(per_seed(mem_x))),
-            "best baseline": f"{best} {fmt_ci(*bootstrap_ci(per_seed(best_x)))}",
+            spec.memory: fmt_ci(*mean_ci(per_seed(mem_x))),
+            "best baseline": f"{best} {fmt_ci(*mean_ci(per_seed(best_x)))}",
             "lead (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
             f"{spec.memory} memory off": fmt_pct(off["accuracy_memory_off"].mean()) if not off.empty else "-",
             "chance": fmt_pct(mem_x["chance"].mean()), "ceiling": fmt_pct(mem_x["ceiling"].mean()),
@@ -187,8 +188,8 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         evidence = {
             "levels": ", ".join([f"{a}={v}" for a, v in panel.items()] + [f"{x_axis} {x_lo} -> {x_hi}"]),
             "view": view, "seeds": int(mem.size),
-            f"{spec.memory} drop (points)": fmt_points(*bootstrap_ci(mem)),
-            "least-dropping baseline": f"{best} {fmt_points(*bootstrap_ci(base_drops[best]))}",
+            f"{spec.memory} drop (points)": fmt_points(*mean_ci(mem)),
+            "least-dropping baseline": f"{best} {fmt_points(*mean_ci(base_drops[best]))}",
             "advantage (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
             f"{spec.memory} memory off at {x_axis}={x_hi}":
                 f"{fmt_pct(mem_hi['accuracy_memory_off'].mean())} (on {fmt_pct(mem_hi['accuracy'].mean())})"
@@ -200,6 +201,13 @@ def smaller_drop(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         return evidence, cmp["verdict"], read, [read[1], read[2]]
 
     _per_panel(claim, spec, data, [spec.memory, *spec.baselines, load_power().attention_reference], check)
+
+
+def _learned(rows_: pd.DataFrame) -> bool:
+    """More than the power rule's learned margin above chance (a blind model, at chance by
+    construction, has learned nothing either)."""
+    return not rows_.empty and not load_power().nothing_learned(float(per_seed(rows_).mean()),
+                                                                float(rows_["chance"].mean()))
 
 
 def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
@@ -218,15 +226,15 @@ def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         drop = _drops(rows_, spec.memory, x_axis, x_lo, x_hi)
         evidence = {
             "level": level_key(panel), "view": view,
-            f"fewest {x_axis}": f"{x_lo}: {fmt_ci(*bootstrap_ci(per_seed(lo)))}",
-            f"most {x_axis}": f"{x_hi}: {fmt_ci(*bootstrap_ci(per_seed(hi)))}",
-            f"{spec.memory} drop (points)": fmt_points(*bootstrap_ci(drop)),
+            f"fewest {x_axis}": f"{x_lo}: {fmt_ci(*mean_ci(per_seed(lo)))}",
+            f"most {x_axis}": f"{x_hi}: {fmt_ci(*mean_ci(per_seed(hi)))}",
+            f"{spec.memory} drop (points)": fmt_points(*mean_ci(drop)),
         }
         if view != TRAINED_EACH:
             return {**evidence, "why": "an extrapolation drop: trained at one level, so it mixes length "
                                        "generalisation with capacity"}, NOT_TESTABLE, [], []
         refs = {m: d for m in model_order(rows_) if m in spec.references
-                and not point(rows_[(rows_["label"] == m) & (rows_[x_axis] == x_lo)]).nothing_learned
+                and _learned(rows_[(rows_["label"] == m) & (rows_[x_axis] == x_lo)])
                 and (d := _drops(rows_, m, x_axis, x_lo, x_hi)).size}
         read = [point(lo), point(hi)]
         if not refs:
@@ -237,7 +245,7 @@ def saturation(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
         ref_rows = rows_[rows_["label"] == ref]
         read += [point(ref_rows[ref_rows[x_axis] == x_lo]), point(ref_rows[ref_rows[x_axis] == x_hi])]
         evidence.update({
-            "growing-state reference drop (points)": f"{ref} {fmt_points(*bootstrap_ci(refs[ref]))}",
+            "growing-state reference drop (points)": f"{ref} {fmt_points(*mean_ci(refs[ref]))}",
             "drop beyond it (points)": fmt_points(cmp["diff"], cmp["low"], cmp["high"]),
             f"state probe at {x_hi}": read[1].probe_note() or "not run there",
         })
@@ -315,7 +323,7 @@ def _matched(group, p: pd.DataFrame, memories: list[str], spec: ClaimSpec) -> li
                 a, b = at.loc[memory, "state_bytes"], at.loc[other, "state_bytes"]
                 if not (a > 0 and b > 0) or max(a, b) / min(a, b) > spec.state_ratio:
                     continue
-                diff, low, high = bootstrap_diff_ci(
+                diff, low, high = diff_ci(
                     per_seed(rows_[(rows_["label"] == memory) & (rows_[AXIS] == w)]),
                     per_seed(rows_[(rows_["label"] == other) & (rows_[AXIS] == w)]))
                 reading = ("ahead" if low > spec.margin else "behind" if high < -spec.margin
@@ -365,8 +373,8 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                                 if refuted_at == int(first[AXIS]) else
                                 f"{label}: {verdict} (below {keeps} at {AXIS}={refuted_at}, the first point below "
                                 f"that learned and converged") + (f"; there {at.probe_note()})" if at else ")"))
-            elif verdict == BUDGET:
-                reasons.append(budget_note(read))
+            elif verdict == BUDGET:  # lower bounds already at or above `keeps` are not the budget's
+                reasons.append(budget_note(read, [r for r, low in zip(read, mp["low"]) if low >= spec.keeps - 1e-12]))
             elif verdict == SUPPORTED:
                 reasons.append(f"{label}: {verdict} (at or above {keeps} at every {AXIS} trained)")
             else:

@@ -40,36 +40,55 @@ def _t_halfwidth(scale: float, df: float, level: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2, df) * scale) if scale > 0 else 0.0
 
 
-def bootstrap_ci(values, level: float = CI_LEVEL, n_boot: int = N_BOOT, seed: int = BOOT_SEED):
+def mean_ci(values, level: float = CI_LEVEL):
     """(mean, low, high): the interval of the mean over `values` (one per seed): Student's t below
     BOOTSTRAP_FROM values, else the percentile bootstrap. One value is a point."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("mean_ci needs at least one value")
+    if 1 < x.size < BOOTSTRAP_FROM:
+        mean = float(x.mean())
+        half = _t_halfwidth(float(x.std(ddof=1)) / np.sqrt(x.size), x.size - 1, level)
+        return mean, mean - half, mean + half
+    return bootstrap_ci(x, level)
+
+
+def diff_ci(a, b, level: float = CI_LEVEL):
+    """(mean(a) - mean(b), low, high): Welch's t interval where either side has fewer than
+    BOOTSTRAP_FROM values, else the percentile bootstrap resampling the two groups independently. A
+    point where neither side has a spread to estimate (one value each)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("diff_ci needs values in both groups")
+    if max(a.size, b.size) > 1 and min(a.size, b.size) < BOOTSTRAP_FROM:
+        diff = float(a.mean() - b.mean())
+        half = _welch_halfwidth(a, b, level)
+        return diff, diff - half, diff + half
+    return bootstrap_diff_ci(a, b, level)
+
+
+def bootstrap_ci(values, level: float = CI_LEVEL, n_boot: int = N_BOOT, seed: int = BOOT_SEED):
+    """(mean, low, high): percentile bootstrap interval of the mean over `values`, whatever their
+    number (mean_ci chooses it from BOOTSTRAP_FROM values on). One value collapses to a point."""
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         raise ValueError("bootstrap_ci needs at least one value")
     mean = float(x.mean())
     if x.size == 1:
         return mean, mean, mean
-    if x.size < BOOTSTRAP_FROM:
-        half = _t_halfwidth(float(x.std(ddof=1)) / np.sqrt(x.size), x.size - 1, level)
-        return mean, mean - half, mean + half
     means = _resampled_means(x, n_boot, np.random.default_rng(seed))
     low, high = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
     return mean, float(low), float(high)
 
 
 def bootstrap_diff_ci(a, b, level: float = CI_LEVEL, n_boot: int = N_BOOT, seed: int = BOOT_SEED):
-    """(mean(a) - mean(b), low, high): Welch's t interval where either side has fewer than
-    BOOTSTRAP_FROM values, else resampling the two groups independently. A point where neither
-    side has a spread to estimate (one value each)."""
+    """(mean(a) - mean(b), low, high), resampling the two groups independently."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.size == 0 or b.size == 0:
         raise ValueError("bootstrap_diff_ci needs values in both groups")
     diff = float(a.mean() - b.mean())
     if a.size == 1 and b.size == 1:
         return diff, diff, diff
-    if min(a.size, b.size) < BOOTSTRAP_FROM:
-        half = _welch_halfwidth(a, b, level)
-        return diff, diff - half, diff + half
     rng = np.random.default_rng(seed)
     diffs = _resampled_means(a, n_boot, rng) - _resampled_means(b, n_boot, rng)
     low, high = np.percentile(diffs, [50 * (1 - level), 50 * (1 + level)])
@@ -97,7 +116,7 @@ def compare(a, b, margin: float) -> dict:
     """Does A beat B by more than `margin`? From the 95% interval of mean(A) - mean(B):
     supported when the whole interval lies above the margin, not supported when it lies below,
     inconclusive when it straddles it. With one seed per side the interval is a point."""
-    diff, low, high = bootstrap_diff_ci(a, b)
+    diff, low, high = diff_ci(a, b)
     if low > margin:
         verdict = SUPPORTED
     elif high < margin:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from .data import (TASK_ORDER, RunData, model_order, natural_key, ordered, per_seed, series_label, task_label,
                    task_order, variant_order)
-from .stats import bootstrap_ci
+from .stats import mean_ci
 
 
 def fmt_pct(x) -> str:
@@ -59,9 +59,9 @@ def summary_frame(data: RunData) -> pd.DataFrame:
         t = _summary_selection(table[table["task"] == task])
         axes = data.axes.get(task, ())
         for (variant, model, train_level, level), g in t.groupby(["variant", "label", "train_level", "level"]):
-            mean, low, high = bootstrap_ci(per_seed(g))
+            mean, low, high = mean_ci(per_seed(g))
             off = g.dropna(subset=["accuracy_memory_off"])
-            reliance = bootstrap_ci(per_seed(off.assign(d=off["accuracy"] - off["accuracy_memory_off"]), "d")) \
+            reliance = mean_ci(per_seed(off.assign(d=off["accuracy"] - off["accuracy_memory_off"]), "d")) \
                 if not off.empty else (math.nan,) * 3
             probes = sorted(set(g["causality"].dropna()))
             diverged = g.drop_duplicates("cell_id").dropna(subset=["diverged_at_step"])

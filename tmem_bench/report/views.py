@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from .data import RunData, model_order, per_seed, series_label, variant_order
-from .stats import bootstrap_ci
+from .stats import mean_ci
 
 
 def train_level_rank(data: RunData, task: str) -> dict[str, tuple]:
@@ -73,7 +73,7 @@ def curve_data(rows_: pd.DataFrame, x_axis: str, label_by_train_level: bool = Fa
     order = {s: i for i, s in enumerate(_series_order(rows_))}
     for label, group in sorted(rows_.groupby("_label"), key=lambda kv: (order[kv[1]["series"].iloc[0]], kv[0])):
         xs = sorted(group[x_axis].unique())
-        stats = [bootstrap_ci(per_seed(group[group[x_axis] == x])) for x in xs]
+        stats = [mean_ci(per_seed(group[group[x_axis] == x])) for x in xs]
         out["series"][label] = {
             "x": [float(x) for x in xs],
             "mean": [s[0] for s in stats], "low": [s[1] for s in stats], "high": [s[2] for s in stats],
