@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from ..contracts.model import TaskModel
 from ..contracts.task import Adapter, Batch, Task
 from ..levels import Level
+from .state_probe import probe_model
 
 GRID = 6  # voxel cells per axis: Tensor Memory's default grid
 KV_FEATURES = 64  # phi's width: the delta rule stores W writes exactly when it exceeds W
@@ -260,8 +261,6 @@ def calibrate_reference(name: str, task: Task, level: Level, config, train_task:
     """The probe (every readout of `config`) on reference `name`: {"reference", "best", "best_kind",
     "complete", "readout", "probe_accuracy", "readouts"}, each member's accuracy on the evaluation
     sequences beside the reference's best possible read of the same sequences."""
-    from .state_probe import probe_model  # the probe imports nothing of this module; this keeps it that way
-
     ref = reference(name)
     model = reference_model(name, task, level)
     eval_batch, _ = task.eval_set(level, CALIBRATION_EVAL_SIZE)
