@@ -293,6 +293,8 @@ def test_a_probe_that_misreads_its_closest_reference_cannot_tell(tmp_path):
     assert "did not learn to read its state" not in capacity.reason
     assert "full as far as it can tell" not in capacity.reason
     assert any("the state probe cannot tell (3 seeds probed" in e["state probe at 40"] for e in saturation.evidence)
+    assert {e["state probe at each W"] for e in capacity.evidence if e["model"] == "tensor"} == {
+        "cannot tell (calibration below its goal)"}
     assert load_run(tmp_path).table["probe_accuracy"].isna().all()
 
 
