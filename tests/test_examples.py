@@ -43,7 +43,7 @@ def test_installed_example_is_listed_checked_and_run(tmp_path, tiny_profile):
 
     checked = bench("check", "kv_memory")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "kv_memory: 9 of 9 checks pass" in checked.stdout and "fixed: " in checked.stdout
+    assert "kv_memory: 10 of 10 checks pass" in checked.stdout and "fixed: " in checked.stdout
 
     (tmp_path / "tiny.toml").write_text(tiny_profile(tasks={"coordinate_binding": {
         "variants": "[{}, { block_queries = true }]"}}))

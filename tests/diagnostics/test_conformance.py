@@ -95,6 +95,35 @@ class GrowsPast512(Toy):
         return super().state_size(seq_len) * max(1, seq_len // 512)
 
 
+class StatefulToy(Toy):
+    """A causal backbone with a state probe hook: its running mean after the last token."""
+
+    def memory_state(self, x, blocked=None):
+        return {"h": self.mix(self.proj(x))[:, -1]}
+
+
+class HookLeaksFuture(StatefulToy):
+    """The hook adds the last token of the sequence the last forward saw: later than the hook's own."""
+
+    def forward(self, x, blocked=None):
+        self.seen = x.detach()
+        return super().forward(x)
+
+    def memory_state(self, x, blocked=None):
+        seen = getattr(self, "seen", x)
+        return {"h": super().memory_state(x)["h"] + seen[:, -1]}
+
+
+class HookIgnoresWrites(StatefulToy):
+    def memory_state(self, x, blocked=None):
+        return {"h": self.proj.weight.sum(0).expand(x.shape[0], -1)}
+
+
+class HookGrowingState(StatefulToy):
+    def memory_state(self, x, blocked=None):
+        return {"h": self.mix(self.proj(x))}  # every position: grows with the sequence
+
+
 class Broken(Toy):
     def __init__(self, d_model):
         raise ValueError("cannot build")
@@ -108,6 +137,7 @@ def factory(cls):
 
 leaky = factory(Leaky)
 good = factory(Toy)
+hook_leaks = factory(HookLeaksFuture)
 
 
 def test_a_good_backbone_passes_every_check():
@@ -127,6 +157,9 @@ def test_a_good_backbone_passes_every_check():
     (GatedLeak, {"causal_trained"}),
     (TrainModeLeak, {"causal_trained"}),
     (GrowsPast512, {"state_size"}),
+    (HookLeaksFuture, {"memory_state"}),
+    (HookIgnoresWrites, {"memory_state"}),
+    (HookGrowingState, {"memory_state"}),
 ])
 def test_each_check_fails_the_backbone_broken_its_way(cls, failing):
     results = {r.name: r for r in conformance.run_checks(factory(cls))}
@@ -151,6 +184,28 @@ def test_what_the_initial_eval_probe_and_short_lengths_missed_fails_check(cls, f
 @pytest.mark.parametrize("name", backbone_names())
 def test_every_registered_model_passes_the_probe_after_training_steps(name):
     result = conformance.check_causal_trained(BACKBONES.get(name), conformance.Spec())
+    assert result.passed, result.detail
+
+
+@pytest.mark.parametrize("cls, needle", [
+    (HookLeaksFuture, "not causal: the state after 8 tokens depends on later tokens (h)"),
+    (HookIgnoresWrites, "does not depend on the writes"),
+    (HookGrowingState, "the state's shapes change with the sequence"),
+])
+def test_the_memory_state_hook_is_checked_alone(cls, needle):
+    results = {r.name: r for r in conformance.run_checks(factory(cls))}
+    assert [name for name, r in results.items() if not r.passed] == ["memory_state"]
+    assert needle in results["memory_state"].detail, results["memory_state"].detail
+
+
+def test_a_causal_hook_passes_the_memory_state_check():
+    result = conformance.check_memory_state(factory(StatefulToy), conformance.Spec())
+    assert result.passed and "depends on the writes, causal" in result.detail, result.detail
+
+
+@pytest.mark.parametrize("name", backbone_names())
+def test_every_registered_model_passes_the_memory_state_check(name):
+    result = conformance.check_memory_state(BACKBONES.get(name), conformance.Spec())
     assert result.passed, result.detail
 
 
@@ -187,13 +242,19 @@ def test_check_command_passes_a_registered_backbone(capsys):
     out = capsys.readouterr().out
     for result in ("builds", "forward", "gradients", "causal_blocked", "deterministic", "state_size", "parameters"):
         assert result in out
-    assert "FAIL" not in out and "lstm: 9 of 9 checks pass" in out
+    assert "FAIL" not in out and "lstm: 10 of 10 checks pass" in out
 
 
 def test_check_command_fails_a_leaking_plugin(capsys):
     assert main(["check", f"{__name__}:leaky"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "failed: causal, causal_blocked" in out
+
+
+def test_check_command_fails_a_plugin_whose_state_hook_reads_later_tokens(capsys):
+    assert main(["check", f"{__name__}:hook_leaks"]) == 1
+    out = capsys.readouterr().out
+    assert "failed: memory_state" in out and "depends on later tokens" in out
 
 
 def test_check_command_passes_options_to_the_factory(capsys):

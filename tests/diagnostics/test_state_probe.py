@@ -1,22 +1,29 @@
-"""The state probe's readout (tmem_bench.diagnostics.state_probe): it answers every query from a state
-that stores each value at its key's slot, is at chance from a constant state, reports attention alone
-as having no state, and says so where a task cannot be probed. The state hook it reads is tested in
+"""The state probe (tmem_bench.diagnostics.state_probe): it answers every query from a state that
+stores each value at its key's slot, is at chance from a constant state, chooses the readout of its
+family best on its own validation sequences, reports attention alone as having no state, and says so
+where a task cannot be probed; on the reference states of known content (probe_references) it reads
+each within its goal and the empty ones at chance. The state hook it reads is tested in
 tests/contracts/test_model.py, a run probed in tests/harness/test_probe_run.py."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 import torch
 import torch.nn as nn
 
 from tmem_bench.contracts.model import TaskModel
 from tmem_bench.contracts.task import Adapter, Task
+from tmem_bench.diagnostics.probe_readouts import READOUTS
 from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model
+from tmem_bench.errors import UsageError
 from tmem_bench.registry import get_backbone
 
 SLOTS, VALUES, WRITES, QUERIES = 4, 8, 3, 4
 
 
-SMALL = ReadoutConfig(width=64, query_width=32, steps=300, batch_size=64, queries=QUERIES, lr=3e-3,
-                      validation_size=256, validate_every=100)
+SMALL = ReadoutConfig(readouts=("gated",), width=64, query_width=32, steps=300, batch_size=64, queries=QUERIES,
+                      lr=3e-3, validation_size=256, validate_every=100)
 
 
 class LookupAdapter(Adapter):
@@ -83,9 +90,27 @@ def test_the_probe_is_at_chance_from_a_constant_state():
 
 
 def test_the_probe_is_deterministic_for_its_seed():
-    config = ReadoutConfig(width=16, query_width=16, steps=40, batch_size=16, queries=QUERIES,
-                           validation_size=64, validate_every=20)
-    assert probe(ExactSlots(), config) == probe(ExactSlots(), config)
+    config = ReadoutConfig(width=16, query_width=16, mlp_width=16, bilinear_units=8, bilinear_query=8,
+                           bilinear_rank=16, attention_width=16, learned_rows=4, steps=40, batch_size=16,
+                           queries=QUERIES, validation_size=64, validate_every=20)
+    config = replace(config, readouts=READOUTS)
+    first = probe(ExactSlots(), config)
+    assert set(first["readouts"]) == set(READOUTS) and first == probe(ExactSlots(), config)
+
+
+def test_the_readout_best_on_validation_is_chosen_and_every_member_reported():
+    config = replace(SMALL, readouts=("gated", "attention"), steps=100, attention_width=32)
+    result = probe(ExactSlots(), config)
+    members = result["readouts"]
+    assert set(members) == {"gated", "attention"}
+    assert result["readout"] == max(members, key=lambda n: members[n]["validation"])
+    assert result["probe_accuracy"] == members[result["readout"]]["evaluation"]
+    assert result["probe_validation_accuracy"] == members[result["readout"]]["validation"]
+
+
+def test_an_unknown_readout_is_refused_in_one_line():
+    with pytest.raises(UsageError, match="readouts nope unknown; known: gated, mlp"):
+        ReadoutConfig(readouts=("gated", "nope"))
 
 
 def test_attention_alone_has_no_state_to_probe():

@@ -1,15 +1,21 @@
-"""The state probe over a run's cells (`tmem-bench probe`): state_probe.json written and resumed without
-probing a cell again; bad arguments are one line."""
+"""The state probe over a run's cells (`tmem-bench probe`): state_probe.json written with each probed
+cell's readout and its calibration on the closest reference state, resumed without probing a cell
+again, the same numbers after a kill and a resume as in one go; bad arguments are one line."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from tmem_bench.cli import main
 from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig
 from tmem_bench.errors import UsageError
-from tmem_bench.harness.probe_run import probe_run
+from tmem_bench.harness import probe_run as probe_run_module
+from tmem_bench.harness.probe_run import CALIBRATION_GOAL, probe_run
+
+TINY = ReadoutConfig(width=16, query_width=16, mlp_width=16, bilinear_units=8, bilinear_query=8, bilinear_rank=16,
+                     attention_width=16, learned_rows=4, steps=20, validation_size=64, validate_every=10)
 
 
 @pytest.fixture(scope="module")
@@ -21,25 +27,76 @@ def tiny_run(tmp_path_factory):
 
 
 def test_a_run_is_probed_into_state_probe_json_and_resumed(tiny_run, capsys, monkeypatch):
-    assert main(["probe", str(tiny_run), "--steps", "20"]) == 0
+    assert main(["probe", str(tiny_run), "--steps", "20", "--readouts", "gated,rows_linear"]) == 0
     doc = json.loads((tiny_run / "state_probe.json").read_text())
     assert doc["readout_config"]["steps"] == 20 and "20 steps" in doc["readout"]
     by_label = {}
     for row in doc["rows"]:
         by_label.setdefault(row["label"], []).append(row)
     assert {r["status"] for r in by_label["base"]} == {NO_STATE}
-    assert all(r["probe_accuracy"] is None for r in by_label["base"])
-    assert {r["status"] for r in by_label["lstm"]} == {PROBED}
-    assert all(0.0 <= r["probe_accuracy"] <= 1.0 and r["n_writes"] == 4 for r in by_label["lstm"])
-    assert "no state to probe" in capsys.readouterr().out
+    assert all(r["probe_accuracy"] is None and "calibration" not in r for r in by_label["base"])
+    assert len(by_label["lstm"]) == 2  # the task's two variants
+    for lstm in by_label["lstm"]:
+        assert lstm["status"] == PROBED and 0.0 <= lstm["probe_accuracy"] <= 1.0 and lstm["n_writes"] == 4
+        assert lstm["readout"] in ("gated", "rows_linear") and set(lstm["readouts"]) == {"gated", "rows_linear"}
+        # Its calibration: the chosen readout on the reference of its format (lstm: a dense vector), at its level.
+        calibration = lstm["calibration"]
+        assert (calibration["format"], calibration["reference"]) == ("dense", "dense")
+        assert calibration["usable"] == (calibration["probe"] / calibration["best"] >= CALIBRATION_GOAL)
+    assert len(doc["calibrations"]) == 2
+    for key, stored in doc["calibrations"].items():
+        assert key.startswith("coordinate_binding[") and key.endswith("@n_writes=4,noise=0.05|dense")
+        assert stored["best"] == 1.0 and set(stored["readouts"]) == {"gated", "rows_linear"}
+    assert {(c["probe"], c["best"]) for c in (r["calibration"] for r in by_label["lstm"])} <= {
+        (c["readouts"][r["readout"]], c["best"]) for c in doc["calibrations"].values() for r in by_label["lstm"]}
+    out = capsys.readouterr().out
+    assert "no state to probe" in out and "calibration" in out and "dense" in out
 
     def never(*args, **kwargs):
         raise AssertionError("a probed cell was probed again")
 
     monkeypatch.setattr("tmem_bench.diagnostics.state_probe.probe_model", never)
-    assert probe_run(tiny_run, config=ReadoutConfig(steps=20), say=lambda line: None)["rows"] == doc["rows"]
+    config = ReadoutConfig(steps=20, readouts=("gated", "rows_linear"))
+    assert probe_run(tiny_run, config=config, say=lambda line: None)["rows"] == doc["rows"]
     with pytest.raises(UsageError, match="other readout settings"):
-        probe_run(tiny_run, config=ReadoutConfig(steps=21))
+        probe_run(tiny_run, config=ReadoutConfig(steps=21, readouts=("gated", "rows_linear")))
+
+
+def test_a_probe_killed_and_resumed_gives_the_numbers_of_one_uninterrupted(tiny_run, tmp_path, monkeypatch):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    for copy in (whole, killed):
+        shutil.copytree(tiny_run, copy)
+        (copy / "state_probe.json").unlink(missing_ok=True)
+    config = TINY
+    once = probe_run(whole, labels=["lstm"], config=config, say=lambda line: None)
+
+    real, calls = probe_run_module.probe_cell, []
+
+    def dies_on_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(probe_run_module, "probe_cell", dies_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        probe_run(killed, labels=["lstm"], config=config, say=lambda line: None)
+    assert len(json.loads((killed / "state_probe.json").read_text())["rows"]) == 1
+    monkeypatch.setattr(probe_run_module, "probe_cell", real)
+    resumed = probe_run(killed, labels=["lstm"], config=config, say=lambda line: None)
+
+    def numbers(doc):
+        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in doc["rows"]], doc["calibrations"]
+
+    assert len(once["rows"]) == 2 and numbers(resumed) == numbers(once)
+
+
+def test_a_probe_file_of_the_earlier_schema_is_refused_not_mixed(tiny_run, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(tiny_run, run)
+    (run / "state_probe.json").write_text(json.dumps({"schema": 1, "rows": [], "readout_config": {}}))
+    with pytest.raises(UsageError, match="schema 1"):
+        probe_run(run, config=TINY)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -47,8 +104,34 @@ def test_a_run_is_probed_into_state_probe_json_and_resumed(tiny_run, capsys, mon
     (["--models", "nope"], "--models: no cells of nope"),
     (["--seed-list", "0,x"], "--seed-list '0,x' is malformed"),
     (["--weights", "/nonexistent"], "is not a folder"),
+    (["--readouts", "gated,nope"], "readouts nope unknown"),
+    (["--calibrate"], "give no RUN_DIR with it"),
 ])
 def test_bad_probe_arguments_are_one_line(tiny_run, capsys, args, needle):
     assert main(["probe", str(tiny_run), *args]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "give a RUN_DIR to probe, or --calibrate"),
+    (["--calibrate", "--references", "slots,nope"], "--references: unknown nope"),
+    (["--calibrate", "--level", "n_writes"], "--level 'n_writes' is malformed"),
+    (["--calibrate", "--level", "n_writes=0,noise=0.05"], "n_writes must be an integer >= 1"),
+])
+def test_bad_calibrate_arguments_are_one_line(capsys, args, needle):
+    assert main(["probe", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_calibrate_prints_each_reference_beside_its_best_possible_read(capsys):
+    assert main(["probe", "--calibrate", "--references", "slots,constant", "--readouts", "gated,attention",
+                 "--steps", "5", "--level", "n_writes=3,noise=0.05"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("coordinate_binding @ n_writes=3,noise=0.05, 5 steps")
+    assert out[1].split() == ["reference", "best", "kind", "gated", "attention", "chosen", "of", "best", "time"]
+    slots, constant = out[2].split(), out[3].split()
+    assert slots[:3] == ["slots", "1.000", "oracle"] and constant[:3] == ["constant", "0.031", "chance"]
+    assert "goal" in out[2] and "goal" not in out[3]  # the goal is the information-complete references'
+    assert slots[-2:] in (["goal", "met"], ["below", "goal"]) and constant[-1].endswith("s")

@@ -250,18 +250,19 @@ def test_a_variant_the_budget_left_open_is_not_said_not_to_discriminate(tmp_path
     assert power_of(tmp_path / "alone", {"base": 0.25, "tensor": 0.27})["verdict"] == BUDGET
 
 
-def _probed_capacity_run(run_dir, accuracies, probes):
+def _probed_capacity_run(run_dir, accuracies, probes, usable=True):
     """_capacity_run (base holding at 45% at every W) with state_probe.json giving the probe accuracy
-    `probes[W]` for every tensor seed at W."""
+    `probes[W]` for every tensor seed at W, its calibration on the closest reference state usable or not."""
     _capacity_run(run_dir, accuracies, base=0.45)
     rows = []
+    calibration = {"reference": "voxel_mixed", "best": 0.97, "probe": 0.95 if usable else 0.5, "usable": usable}
     for path in sorted((run_dir / "cells").glob("*.json")):
         result = json.loads(path.read_text())
         w = result["cell"]["train_level"]["n_writes"]
         if w in probes and result["cell"]["model"] == "tensor":
             rows.append({"cell_id": result["cell_id"], "label": "tensor", "seed": result["cell"]["seed"], "n_writes": w,
-                         "probe_accuracy": probes[w], "status": "probed"})
-    (run_dir / "state_probe.json").write_text(json.dumps({"schema": 1, "rows": rows}))
+                         "probe_accuracy": probes[w], "status": "probed", "calibration": calibration})
+    (run_dir / "state_probe.json").write_text(json.dumps({"schema": 2, "rows": rows}))
     return check_claim(load_run(run_dir), "capacity"), check_claim(load_run(run_dir), "saturation")
 
 
@@ -281,6 +282,20 @@ def test_a_state_the_probe_reads_is_not_full_it_was_not_read(tmp_path):
     assert capacity.reason == ("inconclusive (budget): tensor at n_writes=40 did not learn to read its state (the "
                                "state probe answers 70.0%, the model 39.6%, 3 seeds probed)")
     assert saturation.verdict == BUDGET and "did not learn to read its state" in saturation.reason
+
+
+def test_a_probe_that_misreads_its_closest_reference_cannot_tell(tmp_path):
+    """The same probe numbers with a calibration below the goal: no verdict reads them, and the
+    point says the probe cannot tell instead of 'full as far as it can tell'."""
+    accuracies = {5: 0.95, 20: 0.90, 40: 0.40}
+    capacity, saturation = _probed_capacity_run(tmp_path, accuracies, {5: 0.90, 20: 0.80, 40: 0.70}, usable=False)
+    assert capacity.verdict == REFUTED
+    assert "did not learn to read its state" not in capacity.reason
+    assert "full as far as it can tell" not in capacity.reason
+    assert any("the state probe cannot tell (3 seeds probed" in e["state probe at 40"] for e in saturation.evidence)
+    assert {e["state probe at each W"] for e in capacity.evidence if e["model"] == "tensor"} == {
+        "cannot tell (calibration below its goal)"}
+    assert load_run(tmp_path).table["probe_accuracy"].isna().all()
 
 
 def test_the_state_probe_is_read_at_the_level_each_cell_was_trained_at(tmp_path):

@@ -1,15 +1,28 @@
-"""The `tmem-bench probe` command: the state probe (`tmem_bench.diagnostics.state_probe`) over a finished run."""
+"""The `tmem-bench probe` command: the state probe (`tmem_bench.diagnostics.state_probe`) over a finished
+run, or with --calibrate over the reference states of known content (diagnostics/probe_references.py)."""
 from __future__ import annotations
 
 import sys
+import time
 
 from ..errors import UsageError, check_int
+from .args import number
 
 
 def add_probe_parser(sub, debug) -> None:
     probe = sub.add_parser("probe", parents=[debug],
                            help="train a readout on each memory's frozen final state (RUN_DIR/state_probe.json)")
-    probe.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (cells/ with their weights)")
+    probe.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
+                       help="a finished run directory (cells/ with their weights); not with --calibrate")
+    probe.add_argument("--calibrate", action="store_true",
+                       help="train the probe on each reference state of known content and print its accuracy "
+                            "per readout beside the state's best possible read")
+    probe.add_argument("--level", metavar="AXIS=V,...", default="n_writes=10,noise=0.05",
+                       help="with --calibrate: the coordinate_binding level (default n_writes=10,noise=0.05)")
+    probe.add_argument("--references", metavar="NAMES", help="with --calibrate: comma-separated references "
+                                                             "(default: every one)")
+    probe.add_argument("--readouts", metavar="NAMES",
+                       help="comma-separated members of the readout family to train (default: every one)")
     probe.add_argument("--weights", action="append", default=[], metavar="DIR",
                        help="a folder holding <cell id>.safetensors for cells whose weights are not in RUN_DIR/cells "
                             "(repeatable), e.g. leaderboard/entries/<slug>/cells")
@@ -53,11 +66,21 @@ def cmd_probe(args) -> int:
     from dataclasses import replace
 
     from ..diagnostics.state_probe import ReadoutConfig
-    from ..harness.probe_run import probe_run, summary
 
     config = ReadoutConfig()
     if args.steps is not None:
         config = replace(config, steps=check_int("--steps", args.steps))
+    readouts = _list("--readouts", args.readouts)
+    if readouts:
+        config = replace(config, readouts=tuple(readouts))
+    if args.calibrate:
+        if args.run_dir is not None:
+            raise UsageError("--calibrate probes the reference states, not a run; give no RUN_DIR with it")
+        return _calibrate(args, config)
+    if args.run_dir is None:
+        raise UsageError("give a RUN_DIR to probe, or --calibrate")
+    from ..harness.probe_run import probe_run, summary
+
     seeds = _list("--seed-list", args.seed_list, int)
     _check_run(args.run_dir, seeds)
     try:
@@ -65,10 +88,46 @@ def cmd_probe(args) -> int:
                         seeds=seeds, config=config, say=lambda line: print(line, file=sys.stderr))
     except ValueError as e:  # a weights file that is truncated or does not fit its model: load_weights names it
         raise UsageError(f"{args.run_dir}: {e}; that cell cannot be probed (remove or replace its weights)") from None
-    print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}")
-    for label, level, n, own, probe in summary(doc):
+    print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}  {'readout':<16} calibration")
+    for label, level, n, own, probe, readout, note in summary(doc):
         own = "-" if own is None else f"{own:.3f}"
         probe = f"{probe:.3f}" if isinstance(probe, float) else probe
-        print(f"{label:<16} {level:<24} {n:>5} {own:>7} {probe:>7}")
+        print(f"{label:<16} {level:<24} {n:>5} {own:>7} {probe:>7}  {readout:<16} {note}")
     print(f"written: {args.run_dir}/state_probe.json")
+    return 0
+
+
+def _calibrate(args, config) -> int:
+    from ..diagnostics.probe_references import BY_NAME, calibrate_reference
+    from ..harness.probe_run import CALIBRATION_GOAL
+    from ..registry import get_task
+
+    names = _list("--references", args.references) or list(BY_NAME)
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise UsageError(f"--references: unknown {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    task = get_task("coordinate_binding", block_queries=True)
+    level = {}
+    for item in args.level.split(","):
+        axis, sep, value = item.partition("=")
+        if not sep or not axis or not value:
+            raise UsageError(f"--level {args.level!r} is malformed; expected AXIS=V,AXIS=V "
+                             "(for example n_writes=10,noise=0.05)")
+        level[axis] = number(value, f"--level {axis}")
+    level = task.validate_level(level)
+    train_task = get_task("coordinate_binding", block_queries=True, n_queries=config.queries)
+    columns = list(config.readouts)
+    print(f"coordinate_binding @ {','.join(f'{k}={v}' for k, v in level.items())}, {config.steps} steps of "
+          f"{config.batch_size} sequences per readout, readout seed {config.seed}")
+    print(f"{'reference':<14} {'best':>6} {'kind':<9} " + " ".join(f"{c:>15}" for c in columns)
+          + f"  {'chosen':<15} {'of best':>7} {'time':>6}")
+    for name in names:
+        start = time.perf_counter()
+        r = calibrate_reference(name, task, level, config, train_task)
+        seconds = time.perf_counter() - start
+        cells = [f"{r['readouts'][c]:.3f}" if c in r["readouts"] else "n/a" for c in columns]
+        ratio = r["probe_accuracy"] / r["best"]
+        goal = "" if not r["complete"] else ("  goal met" if ratio >= CALIBRATION_GOAL else "  below goal")
+        print(f"{name:<14} {r['best']:>6.3f} {r['best_kind']:<9} " + " ".join(f"{c:>15}" for c in cells)
+              + f"  {r['readout']:<15} {ratio:>7.0%} {seconds:>5.0f}s{goal}", flush=True)
     return 0

@@ -15,6 +15,7 @@ the sequence grows.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -207,6 +208,53 @@ def check_state_size(factory: Callable, spec: Spec) -> CheckResult:
     return guarded("state_size", body)
 
 
+def check_memory_state(factory: Callable, spec: Spec) -> CheckResult:
+    """The state probe's hook, where the backbone has one: `memory_state(x)` returns a dict of named
+    tensors (B, ...), of the same shapes after any number of tokens, finite; the state depends on
+    the writes (a change to the first token changes it); and it is causal, the state after token t
+    the same whatever the backbone was run on before, so a hook that reads a sequence kept from the
+    last forward (later tokens) fails."""
+    def body():
+        model = build(factory, spec).eval()
+        hook = getattr(model, "memory_state", None)
+        if not callable(hook):
+            return True, "no memory_state hook: nothing for the state probe to read (attention alone)"
+        x = inputs(spec)
+        with torch.no_grad():
+            state = hook(x)
+            if not state:
+                return True, "memory_state returns no state: nothing for the state probe to read"
+            if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                      for k, v in state.items()):
+                return False, f"memory_state returned {type(state).__name__}, not a dict of named tensors"
+            shapes = {k: tuple(v.shape) for k, v in state.items()}
+            wrong = [f"{k} {s}" for k, s in shapes.items() if len(s) < 2 or s[0] != spec.batch]
+            if wrong:
+                return False, f"state tensors must be (B={spec.batch}, ...): {', '.join(wrong)}"
+            t = spec.seq_len // 2
+            shorter = {k: tuple(v.shape) for k, v in hook(x[:, :t]).items()}
+            if shorter != shapes:
+                return False, f"the state's shapes change with the sequence: {shorter} after {t} tokens, {shapes} after {spec.seq_len}"
+            if not all(torch.isfinite(v).all() for v in state.values()):
+                return False, "non-finite state"
+            changed = x.clone()
+            changed[:, 0] += 1.0
+            if all(torch.equal(state[k], v) for k, v in hook(changed).items()):
+                return False, "the state does not depend on the writes: changing the first token leaves it unchanged"
+            # The state after t tokens, asked after forward passes over two sequences that share those
+            # t tokens and differ after them: a causal hook reads only the tokens it is given.
+            later = torch.cat([x[:, :t], -x[:, t:] + 1.0], 1)
+            before = []
+            for full in (x, later):
+                model(full)
+                before.append(hook(full[:, :t]))
+            moved = [k for k in shapes if not torch.allclose(before[0][k], before[1][k], atol=1e-6)]
+            if moved:
+                return False, f"not causal: the state after {t} tokens depends on later tokens ({', '.join(moved)})"
+        floats = sum(math.prod(s[1:]) for s in shapes.values())
+        return True, (f"{len(shapes)} tensor{'s' * (len(shapes) != 1)} ({floats:,} floats a sequence), "
+                      "the same shapes at every length, depends on the writes, causal")
+    return guarded("memory_state", body)
 
 
 def check_parameters(factory: Callable, spec: Spec) -> CheckResult:
@@ -221,7 +269,7 @@ def check_parameters(factory: Callable, spec: Spec) -> CheckResult:
 
 CHECKS = (
     check_builds, check_forward, check_gradients, check_causal, check_causal_blocked, check_causal_trained,
-    check_deterministic, check_state_size, check_parameters,
+    check_deterministic, check_state_size, check_memory_state, check_parameters,
 )
 
 

@@ -10,22 +10,17 @@ model does not, the items are in the state and the read was not learned; where b
 state is full only as far as this readout can tell, which is as far as it reads the states the
 model does read (compare the two where the model answers).
 
-The readout is the same for every memory (`Readout`, `ReadoutConfig`, `describe_readout`): the
-state's tensors flattened into one vector s and each query token q (the frozen adapter's
-embedding of it, which for coordinate binding is a linear image of the noisy key), both
-standardised with statistics of a calibration batch, then
-
-    logits = W_o relu((W_s s + b_s) * g(q)) + b_o,    g(q) = W_2 relu(W_1 q + b_1) + b_2,
-
-`width` hidden units, each one learned linear feature of the state gated by one feature of the
-query (a plain MLP over [s, q] cannot form that product cheaply, and learns the lookup far more
-slowly). Every memory's state is read through the same number of learned features; W_s alone
-grows with the state (a fixed projection to a common size would throw most of a large state away
-before the readout saw it). Each step trains on fresh sequences, so the readout cannot memorise
-the states it sees; the weights with the best accuracy on the probe's own validation sequences
-are scored on the cell's evaluation set, the sequences the model's own accuracy was measured on.
-Data seeds come from the task, level and the probe's name, apart from training, validation and
-evaluation seeds; the readout's weights from `seed`.
+No one readout reads every state format, so the probe trains a family of them
+(probe_readouts.py), every member at the same budget on the same sequences, and keeps the one best
+on its own validation sequences, reported with every member's accuracy. Each takes the state's
+tensors flattened into one vector s and each query token q (the frozen adapter's embedding of it,
+which for coordinate binding is a linear image of the noisy key), both standardised with statistics
+of a calibration batch. Each step trains on fresh sequences, so a readout cannot memorise the states
+it sees; the weights best on the probe's own validation sequences are scored on the cell's
+evaluation set, the sequences the model's own accuracy was measured on. Data seeds come from the
+task, level and the probe's name, apart from training, validation and evaluation seeds; every
+readout's weights from `seed`. How far a number can be trusted is measured on states of known
+content (probe_references.py).
 
 This module probes one model; harness/probe_run.py probes a run directory's cells and writes
 RUN_DIR/state_probe.json.
@@ -41,7 +36,9 @@ import torch.nn.functional as F
 
 from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, Batch, Task, split_batch
+from ..errors import UsageError
 from ..levels import Level, level_key
+from .probe_readouts import DEFAULT_READOUTS, READOUTS, Layout, build_readout
 
 NO_STATE = "no state to probe"
 PROBED = "probed"
@@ -49,47 +46,55 @@ PROBED = "probed"
 
 @dataclass(frozen=True)
 class ReadoutConfig:
-    width: int = 256  # hidden units: learned features of the state, each gated by one of the query
-    query_width: int = 128  # hidden layer of the query's network g
+    readouts: tuple[str, ...] = DEFAULT_READOUTS  # the family trained; the best on validation is chosen
+    width: int = 256  # gated: hidden units, learned features of the state, each gated by one of the query
+    query_width: int = 128  # the query's network in gated, bilinear and attention
+    mlp_width: int = 512
+    bilinear_units: int = 64
+    bilinear_query: int = 64  # rank of each bilinear unit: the query features it reads
+    bilinear_rank: int = 1024  # the state's bottleneck before the units
+    attention_width: int = 64
+    attention_heads: int = 4
+    learned_rows: int = 32  # rows a flat state is mapped to
     steps: int = 600
-    batch_size: int = 64  # fresh training sequences per step
+    batch_size: int = 32  # fresh training sequences per step
     queries: int = 16  # queries per training sequence, where the task takes an `n_queries` option
     lr: float = 1e-3
     weight_decay: float = 0.01
     validation_size: int = 1024  # sequences
-    validate_every: int = 250
+    validate_every: int = 200
     seed: int = 0
+
+    def __post_init__(self):
+        unknown = [r for r in self.readouts if r not in READOUTS]
+        if unknown or not self.readouts:
+            raise UsageError(f"readouts {', '.join(unknown) or '(none)'} unknown; known: {', '.join(READOUTS)}")
 
 
 def describe_readout(config: ReadoutConfig = ReadoutConfig()) -> str:
-    """One paragraph a report can print: what the readout is, its capacity, seeds and steps."""
+    """One paragraph a report can print: the readout family, its capacity, seeds and steps."""
     c = config
+    members = {
+        "gated": f"gated, logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden units",
+        "mlp": f"mlp, two hidden layers of {c.mlp_width} over [s, q]",
+        "bilinear": f"bilinear, {c.bilinear_units} units each a rank-{c.bilinear_query} bilinear form of q and the "
+                    f"state (through a rank-{c.bilinear_rank} bottleneck)",
+        "attention": f"attention, {c.attention_heads}-head attention (width {c.attention_width}) of q over the "
+                     f"state's rows (the last axis as features, channels first in a grid, a flat tensor mapped to "
+                     f"{c.learned_rows} learned rows)",
+        "rows_linear": "rows_linear, the same rows summed with weights of q alone, one per row position",
+    }
     return (
         f"State probe: each trained model is frozen and run over the evidence tokens of a sequence; the "
-        f"recurrent state it then holds (every tensor of its memory_state hook, flattened into one vector s) and "
-        f"each query token q (the model's input embedding of it) are standardised and read by a readout of fixed "
-        f"capacity, the same for every memory: logits = W_o relu((W_s s + b_s) * g(q)) + b_o with {c.width} hidden "
-        f"units and g a one-hidden-layer network of width {c.query_width}, so that every state is read through "
-        f"{c.width} learned linear features (W_s alone grows with the state). It is trained with AdamW (lr {c.lr:g}, "
-        f"weight decay {c.weight_decay:g}) for {c.steps} steps of {c.batch_size} fresh sequences"
-        f" ({c.queries} queries each where the task's n_queries can be set), from readout seed {c.seed} and data seeds "
-        f"of its own; the weights best on {c.validation_size} validation sequences of its own (checked every "
-        f"{c.validate_every} steps) are scored on the cell's evaluation set, the sequences of the model's own "
-        f"accuracy. A model whose backbone has no memory_state hook (attention alone) has no state to probe."
+        f"recurrent state it then holds (every tensor of its memory_state hook) and each query token q (the "
+        f"model's input embedding of it) are standardised and read by each readout of a family: "
+        f"{'; '.join(members[name] for name in c.readouts)}. Each is trained with AdamW (lr {c.lr:g}, weight decay "
+        f"{c.weight_decay:g}) for {c.steps} steps of {c.batch_size} fresh sequences ({c.queries} queries each where "
+        f"the task's n_queries can be set), from readout seed {c.seed} and data seeds of its own; the readout and "
+        f"weights best on {c.validation_size} validation sequences of its own (checked every {c.validate_every} "
+        f"steps) are chosen and scored on the cell's evaluation set, the sequences of the model's own accuracy. A "
+        f"model whose backbone has no memory_state hook (attention alone) has no state to probe."
     )
-
-
-class Readout(nn.Module):
-    def __init__(self, state_dim: int, query_dim: int, n_classes: int, config: ReadoutConfig):
-        super().__init__()
-        self.state = nn.Linear(state_dim, config.width)
-        self.query = nn.Sequential(nn.Linear(query_dim, config.query_width), nn.ReLU(),
-                                   nn.Linear(config.query_width, config.width))
-        self.out = nn.Linear(config.width, n_classes)
-
-    def forward(self, state: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-        """state (B, n), queries (B, Q, d) -> logits (B, Q, n_classes)."""
-        return self.out(F.relu(self.state(state)[:, None] * self.query(queries)))
 
 
 def probe_seed(task: Task, level: Level, part: str) -> int:
@@ -116,6 +121,8 @@ class StateReader:
     def __init__(self, model: TaskModel, task: Task, level: Level):
         self.model, self.task, self.level = model.eval(), task, level
 
+        self.layout: Layout | None = None  # the state tensors' shapes without the batch, once read
+
     @torch.no_grad()
     def __call__(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """(states (B, n), queries (B, Q, d), targets (B, Q)), or None without a state to probe."""
@@ -126,6 +133,7 @@ class StateReader:
             state = self.model.memory_state(part, length)
             if not state:
                 return None
+            self.layout = [tuple(state[name].shape[1:]) for name in sorted(state)]
             states.append(torch.cat([state[name].flatten(1).float() for name in sorted(state)], dim=1))
             queries.append(self.model.adapter(part)[:, answers])
         queries = torch.cat(queries)
@@ -149,7 +157,7 @@ class Standardise:
 
 
 @torch.no_grad()
-def accuracy(readout: Readout, data) -> float:
+def accuracy(readout: nn.Module, data) -> float:
     states, queries, target = data
     correct = sum((readout(s, q).argmax(-1) == t).sum().item()
                   for s, q, t in zip(states.split(512), queries.split(512), target.split(512)))
@@ -158,9 +166,11 @@ def accuracy(readout: Readout, data) -> float:
 
 def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, config: ReadoutConfig,
                 train_task: Task | None = None) -> dict:
-    """Train the readout on `model`'s frozen states at `level` and score it on `eval_batch`:
-    {"status", "probe_accuracy", "probe_validation_accuracy", "best_step", "state_floats"}.
-    `train_task` (default `task`) draws the training sequences, with more queries each where it can."""
+    """Train every readout of the family on `model`'s frozen states at `level`, choose the best on the
+    probe's validation sequences and score it on `eval_batch`: {"status", "readout", "probe_accuracy",
+    "probe_validation_accuracy", "best_step", "state_floats", "readouts"}, the last every member's
+    {"validation", "evaluation", "best_step"}. `train_task` (default `task`) draws the training
+    sequences, with more queries each where it can."""
     if task.reach_positions(level, eval_batch) is None:
         return {"status": f"not probed: task {task.name!r} marks no evidence and answer tokens"}
     train_task = train_task or task
@@ -175,23 +185,33 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
         level, config.validation_size, torch.Generator().manual_seed(probe_seed(task, level, "validation")))))
     evaluation = standardise(evaluation)
 
-    torch.manual_seed(config.seed)
-    readout = Readout(evaluation[0].shape[1], evaluation[1].shape[2], task.n_classes, config)
-    optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    names = list(config.readouts)
+    members = {}
+    for name in names:
+        torch.manual_seed(config.seed)  # every member starts from the same seed, whichever others are trained
+        readout = build_readout(name, read.layout, evaluation[1].shape[2], task.n_classes, config)
+        optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        members[name] = [readout, optimizer, (-1.0, 0, None)]
     generator = torch.Generator().manual_seed(probe_seed(task, level, "train"))
-    best = (-1.0, 0, None)
     for step in range(1, config.steps + 1):
+        # One draw of states per step, read by every member: the frozen model runs once, not once per readout.
         states, queries, target = standardise(draw(train_task.sample(level, config.batch_size, generator)))
-        loss = F.cross_entropy(readout(states, queries).flatten(0, 1), target.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if step % config.validate_every == 0 or step == config.steps:
-            score = accuracy(readout, validation)
-            if score >= best[0]:  # on a tie, the longer trained
-                best = (score, step, {k: v.clone() for k, v in readout.state_dict().items()})
-    readout.load_state_dict(best[2])
-    return {"status": PROBED, "probe_accuracy": accuracy(readout, evaluation), "probe_validation_accuracy": best[0],
-            "best_step": best[1], "state_floats": evaluation[0].shape[1]}
-
-
+        for member in members.values():
+            readout, optimizer, best = member
+            loss = F.cross_entropy(readout(states, queries).flatten(0, 1), target.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step % config.validate_every == 0 or step == config.steps:
+                score = accuracy(readout, validation)
+                if score >= best[0]:  # on a tie, the longer trained
+                    member[2] = (score, step, {k: v.clone() for k, v in readout.state_dict().items()})
+    report = {}
+    for name, (readout, _, (score, step, weights)) in members.items():
+        readout.load_state_dict(weights)
+        report[name] = {"validation": score, "evaluation": accuracy(readout, evaluation), "best_step": step}
+    # The first in the family's order wins a tie, so the choice does not hang on dictionary order.
+    chosen = max(names, key=lambda n: (report[n]["validation"], -names.index(n)))
+    return {"status": PROBED, "readout": chosen, "probe_accuracy": report[chosen]["evaluation"],
+            "probe_validation_accuracy": report[chosen]["validation"], "best_step": report[chosen]["best_step"],
+            "state_floats": evaluation[0].shape[1], "readouts": report}

@@ -1,7 +1,13 @@
 """The state probe of a run directory (`tmem-bench probe`): each finished cell's model rebuilt from
 its weights and probed at the level it was trained at (diagnostics/state_probe.py), one row per
 cell in RUN_DIR/state_probe.json, rewritten atomically after each cell so that a stopped probe
-resumes where it stopped."""
+resumes where it stopped.
+
+Beside each probe number, its calibration: the readout the probe chose for that memory, trained
+the same way on the reference state closest to the memory's format (diagnostics/probe_references.py)
+at the same task and level, and its accuracy there against the reference's best possible read.
+A probe number is usable (`calibration.usable`) only where that ratio reaches CALIBRATION_GOAL;
+the verdicts read no other. Each reference's calibration is kept in the file once trained."""
 from __future__ import annotations
 
 import json
@@ -11,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ..diagnostics import probe_references
 from ..diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model, probe_problem
 from ..errors import UsageError
 from ..files import write_json
@@ -21,11 +28,14 @@ from .results import load_weights
 from .rundir import RunDir
 from .train import build_model
 
-SCHEMA = 1
+SCHEMA = 2
+CALIBRATION_GOAL = 0.9  # a probe number is read only where its readout reads the closest reference this well
 
 
-def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig) -> dict:
-    """One stored cell probed at the level it was trained at: its row of state_probe.json."""
+def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibrations: dict | None = None) -> dict:
+    """One stored cell probed at the level it was trained at: its row of state_probe.json.
+    `calibrations` (by `calibration_key`) holds the references' calibrations trained so far, and
+    gains the one this cell needed."""
 
     start = time.perf_counter()
     cell = cell_from_dict(result["cell"])
@@ -36,7 +46,8 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig) -> dic
            "chance": task.chance(level), "status": NO_STATE}
     model = build_model(cell)
     sample = task.sample(level, 1, torch.Generator().manual_seed(0))
-    has_state = bool(model.memory_state(sample))
+    state = model.memory_state(sample)
+    has_state = bool(state)
     problem = probe_problem(task, level, sample) if has_state else None
     if problem:
         row["status"] = problem
@@ -49,23 +60,54 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig) -> dic
             train_task = get_task(cell.task, **{**cell.task_options, "n_queries": config.queries})
         eval_batch, _ = task.eval_set(level, cell.train["eval_size"])
         row.update(probe_model(model, task, level, eval_batch, config, train_task))
-    return {**row, "wall_time_s": time.perf_counter() - start, "cell_id": result["cell_id"]}
+        row["wall_time_s"] = time.perf_counter() - start
+        fmt = probe_references.state_format(cell.model, model.backbone, state)
+        row["calibration"] = calibration(task, level, fmt, row["readout"], config, train_task,
+                                         {} if calibrations is None else calibrations)
+    return {**row, "wall_time_s": row.get("wall_time_s", time.perf_counter() - start), "cell_id": result["cell_id"]}
 
 
-def _previous(path: Path, config: ReadoutConfig) -> dict[str, dict]:
-    """The rows of an earlier probe of the run with the same readout, by cell id; one with other settings is refused."""
+def calibration_key(task, level, name: str) -> str:
+    options = ",".join(f"{k}={v}" for k, v in sorted(task.options().items()))
+    return f"{task.name}[{options}]@{level_key(level)}|{name}"
+
+
+def calibration(task, level, fmt: str, readout: str, config: ReadoutConfig, train_task, calibrations: dict) -> dict:
+    """How well `readout` reads the reference closest to format `fmt` at this task and level: the
+    row's calibration, training the reference (every readout) where `calibrations` lacks it."""
+    name = probe_references.closest_reference(fmt)
+    if task.name != "coordinate_binding" or name is None:
+        return {"format": fmt, "reference": None, "usable": False,
+                "why": f"no reference states for task {task.name!r}" if name else f"no reference of format {fmt!r}"}
+    key = calibration_key(task, level, name)
+    if key not in calibrations:
+        calibrations[key] = probe_references.calibrate_reference(name, task, level, config, train_task)
+    ref = calibrations[key]
+    ratio = ref["readouts"][readout] / ref["best"]
+    return {"format": fmt, "reference": name, "best": ref["best"], "probe": ref["readouts"][readout],
+            "ratio": ratio, "usable": ratio >= CALIBRATION_GOAL}
+
+
+def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The rows (by cell id) and reference calibrations (by key) of an earlier probe of the run with
+    the same readout; one with other settings, or of an earlier schema, is refused."""
     if not path.is_file():
-        return {}
+        return {}, {}
     try:
         doc = json.loads(path.read_text())
-        rows, settings = doc["rows"], doc["readout_config"]
+        rows, settings, schema = doc["rows"], doc["readout_config"], doc["schema"]
+        calibrations = doc.get("calibrations", {})
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{path} is unreadable ({e}); remove it to probe again") from None
-    if settings != asdict(config):
-        changed = sorted(k for k in asdict(config) if settings.get(k) != asdict(config)[k])
+    if schema != SCHEMA:
+        raise UsageError(f"{path} holds a probe of schema {schema} (this probe writes {SCHEMA}, with a readout "
+                         "family and its calibration); move it aside to probe again")
+    current = json.loads(json.dumps(asdict(config)))  # tuples as lists, as the file holds them
+    if settings != current:
+        changed = sorted(k for k in current if settings.get(k) != current[k])
         raise UsageError(f"{path} holds a probe with other readout settings ({', '.join(changed)}); "
                          "rerun with the same settings to resume, or remove it to probe again")
-    return {row["cell_id"]: row for row in rows}
+    return {row["cell_id"]: row for row in rows}, calibrations
 
 
 def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print) -> dict:
@@ -89,46 +131,66 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     chosen = [r for r in results if (not labels or r["cell"]["label"] in labels)
               and (seeds is None or r["cell"]["seed"] in seeds)]
     out = run_dir.state_probe_path
-    done = _previous(out, config)
+    done, calibrations = _previous(out, config)
     for result in chosen:
         cell_id = result["cell_id"]
         if done.get(cell_id, {}).get("status") in (PROBED, NO_STATE):
             continue  # probed already; a cell that lacked its weights is tried again
         found = [p for p in [run_dir.weights_path(cell_id), *(f / f"{cell_id}.safetensors" for f in folders)]
                  if p.is_file()]
-        row = probe_cell(result, found[0] if found else None, config)
+        row = probe_cell(result, found[0] if found else None, config, calibrations)
         # Read again before writing: a second probe of the same run may have added rows meanwhile.
-        done = {**_previous(out, config), cell_id: row}
-        write_json(out, document(done.values(), config))
+        done, earlier = _previous(out, config)
+        done[cell_id] = row
+        calibrations = {**earlier, **calibrations}
+        write_json(out, document(done.values(), config, calibrations))
         numbers = [f"{name} {row[key]:.3f}" for name, key in (("model", "accuracy"), ("probe", "probe_accuracy"))
                    if row[key] is not None]
+        if row.get("calibration", {}).get("reference"):
+            c = row["calibration"]
+            numbers.append(f"{row['readout']} reads {c['reference']} at {c['probe']:.3f} of {c['best']:.3f}"
+                           f"{'' if c['usable'] else ': the probe cannot tell'}")
         say(f"{row['label']} seed {row['seed']} @ {level_key(result['cell']['train_level'])}: "
             f"{', '.join([row['status'], *numbers])} ({row['wall_time_s']:.0f} s)")
-    doc = document(done.values(), config)
+    doc = document(done.values(), config, calibrations)
     write_json(out, doc)
     return doc
 
 
-def document(rows, config: ReadoutConfig) -> dict:
-    """state_probe.json: the readout's paragraph and settings, and the rows by label, level and seed."""
+def document(rows, config: ReadoutConfig, calibrations: dict | None = None) -> dict:
+    """state_probe.json: the readout family's paragraph and settings, the rows by label, level and
+    seed, and the reference calibrations they read."""
     order = sorted(rows, key=lambda r: (r["label"], tuple(v for k, v in r.items() if k not in ROW_FIELDS), r["seed"]))
-    return {"schema": SCHEMA, "readout": describe_readout(config), "readout_config": asdict(config), "rows": order}
+    return {"schema": SCHEMA, "readout": describe_readout(config), "readout_config": asdict(config),
+            "calibration_goal": CALIBRATION_GOAL, "rows": order, "calibrations": dict(sorted((calibrations or {}).items()))}
 
 
 ROW_FIELDS = {"label", "seed", "accuracy", "probe_accuracy", "chance", "status", "probe_validation_accuracy",
-              "best_step", "state_floats", "wall_time_s", "cell_id"}
+              "best_step", "state_floats", "wall_time_s", "cell_id", "readout", "readouts", "calibration"}
 
 
 def summary(doc: dict) -> list[list]:
-    """[label, level, seeds, model accuracy, probe accuracy] per label and level, means over seeds."""
+    """[label, level, seeds, model accuracy, probe accuracy, readouts chosen, calibration] per label and
+    level, means over seeds; the calibration is the chosen readouts' reading of the closest reference
+    as a fraction of its best possible read (the lowest over seeds), or why there is none."""
     groups: dict[tuple, list[dict]] = {}
     for row in doc["rows"]:
         level = ",".join(f"{k}={v}" for k, v in row.items() if k not in ROW_FIELDS)
         groups.setdefault((row["label"], level), []).append(row)
     out = []
     for (label, level), rows in groups.items():
-        probed = [r["probe_accuracy"] for r in rows if r["probe_accuracy"] is not None]
+        probed = [r for r in rows if r["probe_accuracy"] is not None]
         own = [r["accuracy"] for r in rows if r["accuracy"] is not None]
+        readouts = ",".join(sorted({r["readout"] for r in probed if r.get("readout")})) or "-"
+        calibrated = [r["calibration"] for r in probed if r.get("calibration")]
+        if not calibrated:
+            note = "-"
+        elif all(c.get("reference") for c in calibrated):
+            worst = min(calibrated, key=lambda c: c["ratio"])
+            note = f"{worst['reference']} {worst['ratio']:.0%}{'' if worst['usable'] else ' (cannot tell)'}"
+        else:
+            note = next(c["why"] for c in calibrated if not c.get("reference"))
         out.append([label, level, len(rows), sum(own) / len(own) if own else None,
-                    sum(probed) / len(probed) if probed else rows[0]["status"]])
+                     sum(r["probe_accuracy"] for r in probed) / len(probed) if probed else rows[0]["status"],
+                     readouts, note])
     return out

@@ -40,6 +40,9 @@ class Point:
     probe_own: float | None = None
     probe_seeds: int = 0
     read_not_learned: bool = False
+    # Seeds probed whose probe cannot tell: its readout reads the closest reference state below the
+    # calibration goal (harness/probe_run.py), so no verdict reads its number.
+    probe_cannot_tell: int = 0
 
     @property
     def limited(self) -> bool:
@@ -56,6 +59,10 @@ class Point:
     def probe_note(self) -> str | None:
         """What the state probe says of this point, where it was run."""
         if self.probe is None:
+            if self.probe_cannot_tell:
+                return (f"the state probe cannot tell ({self.probe_cannot_tell} seed{'s' * (self.probe_cannot_tell != 1)} "
+                        "probed; its readout reads the reference state closest to this memory's format below the "
+                        "calibration goal)")
             return None
         numbers = (f"the state probe answers {100 * self.probe:.1f}%, the model {100 * self.probe_own:.1f}%, "
                    f"{self.probed_seeds()} probed")
@@ -103,6 +110,8 @@ def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bo
             probe = {"probe": float(per_seed(probed, "probe_accuracy").mean()),
                      "probe_own": float(per_seed(probed).mean()), "probe_seeds": int(probed["seed"].nunique())}
             probe["read_not_learned"] = load_probe().read_not_learned(probe["probe"], probe["probe_own"])
+        elif "probe_cannot_tell" in rows_ and rows_["probe_cannot_tell"].any():
+            probe = {"probe_cannot_tell": int(rows_.loc[rows_["probe_cannot_tell"].astype(bool), "seed"].nunique())}
     return Point(
         label=str(rows_["label"].iloc[0]), where=where,
         steps=tuple(sorted({int(s) for s in cells["steps_run"]})), seeds=len(flags),

@@ -101,16 +101,27 @@ def read_state_probe(run_dir: RunDir) -> tuple[dict | None, dict[str, float], st
         doc = json.loads(path.read_text())
         if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
             raise ValueError("not an object with a list of rows")
-        return doc, {str(r["cell_id"]): float(r["probe_accuracy"]) for r in doc["rows"]
+        return doc, {str(r["cell_id"]): usable_probe_accuracy(r) for r in doc["rows"]
                      if r.get("status") == "probed" and r.get("probe_accuracy") is not None}, None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         return None, {}, f"state_probe.json is unreadable ({type(e).__name__}: {e}); no verdict uses the state probe"
 
 
+def usable_probe_accuracy(row: dict) -> float | None:
+    """A probed row's accuracy where a verdict may read it, None where the probe cannot tell: its
+    readout read the reference state closest to the memory's format below the calibration goal,
+    or the row carries no calibration (a probe of schema 1, or a task without reference states)."""
+    calibration = row.get("calibration")
+    if isinstance(calibration, dict) and calibration.get("usable") is True:
+        return float(row["probe_accuracy"])
+    return None
+
+
 def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
              problems: list[str] | None = None, probe: dict[str, float] | None = None) -> RunData:
     """The report's tables built from cell results (already read and checked); `probe`, the state
-    probe's accuracy by cell id, becomes the probe_accuracy of each cell's row at its trained level."""
+    probe's accuracy by cell id, becomes the probe_accuracy of each cell's row at its trained level
+    (None: probed, but the probe cannot tell, `probe_cannot_tell`)."""
     table_rows, history, gates, axes, axis_is_int, options = [], [], [], {}, {}, {}
     for result in results:
         loop_rate = loop_steps_per_s(result)
@@ -128,8 +139,10 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
     table = pd.DataFrame(table_rows)
     if not table.empty:
         table["series"] = [series_label(m, v) for m, v in zip(table["label"], table["variant"])]
-        table["probe_accuracy"] = [(probe or {}).get(cid, math.nan) if trained else math.nan
-                                   for cid, trained in zip(table["cell_id"], table["trained_at_level"])]
+        probed = [(probe or {}).get(cid, math.nan) if trained else math.nan
+                  for cid, trained in zip(table["cell_id"], table["trained_at_level"])]
+        table["probe_accuracy"] = [math.nan if p is None else p for p in probed]
+        table["probe_cannot_tell"] = [p is None for p in probed]
         for col in ("accuracy_memory_off", "gate_init_mean", "gate_final_mean", "n_params", "wall_time_s",
                     "reach_init", "reach_trained", "state_bytes", "validation_accuracy",
                     "steps_per_s", "loop_steps_per_s"):

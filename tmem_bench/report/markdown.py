@@ -181,15 +181,27 @@ def _state_probe(data: RunData) -> list[str]:
     if probe is None:
         return []
     out = ["", "## State probe", "",
-           "A readout of fixed capacity trained on each memory's frozen final state to answer the queries from the "
-           "state alone, beside the model's own accuracy (state_probe.json):", ""]
-    records = probe["rows"]
+           "A readout family trained on each memory's frozen final state to answer the queries from the state "
+           "alone, beside the model's own accuracy, and the calibration of the readout chosen: its accuracy on "
+           "the reference state of known content closest to the memory's format, against that state's best "
+           "possible read; a verdict reads a probe number only where the calibration is usable (state_probe.json):",
+           ""]
+    records = [{**r, **({"calibration": _calibration(r["calibration"])} if "calibration" in r else {}),
+                **({"readouts": ", ".join(f"{k} {v['evaluation']:.3f}" for k, v in r["readouts"].items())}
+                   if isinstance(r.get("readouts"), dict) else {})} for r in probe["rows"]]
     facts = {k: v for k, v in probe.items() if not isinstance(v, (list, dict))}
     out += [f"- {k}: {_value(v)}" for k, v in facts.items()]
     if records:
         header = list(dict.fromkeys(k for r in records for k in r))
         out += [""] * bool(facts) + [md_table(header, [[_value(r.get(k)) for k in header] for r in records])]
     return out
+
+
+def _calibration(c: dict) -> str:
+    if not c.get("reference"):
+        return f"none: {c.get('why', '?')}"
+    return (f"{c['reference']} {c['probe']:.3f} of {c['best']:.3f} ({c['ratio']:.0%}): "
+            f"{'usable' if c['usable'] else 'the probe cannot tell'}")
 
 
 def _value(v) -> str:

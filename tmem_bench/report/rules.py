@@ -363,7 +363,9 @@ def capacity(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                 f"first W below {100 * spec.keeps:g}%": "none" if first is None else str(int(first[AXIS])),
                 **{f"W at >= {100 * t:g}%": fmt_held(held(mp, t)) for t in THRESHOLDS},
                 "state probe at each W": ", ".join(f"{w}: {fmt_pct(p.probe)} ({p.probed_seeds()})"
-                                                   for w, p in probed.items()) or "not run",
+                                                   for w, p in probed.items())
+                                         or ("cannot tell (calibration below its goal)"
+                                             if any(p.probe_cannot_tell for p in read) else "not run"),
                 "verdict": verdict,
             })
             keeps = f"{100 * spec.keeps:g}%"
