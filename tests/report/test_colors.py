@@ -120,3 +120,11 @@ def test_a_model_has_the_same_colour_in_a_report_and_on_the_board():
     assert color["entry-tensor"] == BUILTIN_COLORS["tensor"]
     # A second entry of one label in the same table (a preview beside the published one) is told apart.
     assert color["preview-tensor"] not in {color[f"entry-{m}"] for m in labels}
+
+
+def test_no_label_outside_the_built_ins_is_drawn_near_black():
+    """The ablations' figures drew tensor_chunk2, tensor_grid8 and tensor_hard in three greens of
+    CIELAB lightness 26 to 30, which read as black and as each other."""
+    placed = {k: v for k, v in model_colors().items() if k not in BUILTIN_COLORS}
+    placed.update(label_colors([f"user_{i}" for i in range(30)]))
+    assert min(lab(list(placed.values()))[:, 0]) >= 40

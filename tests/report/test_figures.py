@@ -294,3 +294,18 @@ def test_lines_that_coincide_are_drawn_so_that_both_show(tmp_path):
     assert panel["coincident"]["tensor seed 0"] == ["base", "lstm"] and "base seed 0" not in panel["coincident"]
     dashed = [line for line in fig.axes[0].get_lines() if line.get_label() == "tensor"]
     assert dashed and all(line.get_linestyle() == "--" for line in dashed)
+
+
+def test_points_lying_on_each_other_are_drawn_apart():
+    """capacity_converge's state figure piled six points near chance at W=40 (state 45 to 100 kB,
+    accuracy 3% to 7%): drawn where they lie, no two of them are SPREAD apart."""
+    from tmem_bench.report.overlap import SPREAD, spread
+
+    piled = [(0.62, 0.046), (0.70, 0.095), (0.74, 0.057), (0.70, 0.069), (0.79, 0.068), (0.71, 0.065)]
+    step = 0.035
+    steps = spread(piled, step)
+    drawn = [(x + k * step, y) for (x, y), k in zip(piled, steps)]
+    for i, a in enumerate(drawn):
+        for b in drawn[i + 1:]:
+            assert abs(a[0] - b[0]) >= SPREAD or abs(a[1] - b[1]) >= SPREAD
+    assert spread([(0.1, 0.1), (0.5, 0.5)], step) == [0, 0]

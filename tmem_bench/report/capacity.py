@@ -24,6 +24,7 @@ import pandas as pd
 from .claims import load_power
 from .data import RunData, model_order, per_seed, slug, task_label, task_order, variant_order
 from .figures import save_figure
+from .overlap import SPREAD_NOTE, spread
 from .stats import interval_label, mean_ci
 from .tables import fmt_ci, md_table
 
@@ -251,6 +252,8 @@ def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
 def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     """Accuracy against state bytes (log axis), a panel per group and W, a point per model label.
     None when no model of the task records its state bytes."""
+    from matplotlib.transforms import offset_copy
+
     from .figures import Style, finish_figure, new_figure, reference_lines
 
     style = Style(data.table)
@@ -267,20 +270,26 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     drawn = {"title": f"{task}: accuracy vs bytes of state, at each {AXIS} (trained there)", "panels": []}
     for ax, (group, w, pw, stateless) in zip(axes, panels):
         panel = {"title": f"{group.title}, {AXIS}={w}", "points": {}, "no_state": stateless}
-        for _, r in pw.iterrows():
+        lo, hi = pw["state_bytes"].min(), pw["state_bytes"].max()
+        x_frac = np.log(pw["state_bytes"] / (lo / 2)) / np.log(4 * hi / lo)
+        y_frac = (pw["accuracy"] + 0.02) / 1.06
+        step_points = 9
+        sideways = spread(list(zip(x_frac, y_frac)), step_points / (ax.bbox.width * 72 / fig.dpi))
+        for (_, r), step in zip(pw.iterrows(), sideways):
             color = style.of(r["label"])
             hollow = r["not_converged"] > 0
             ax.errorbar([r["state_bytes"]], [r["accuracy"]],
                         yerr=[[r["accuracy"] - r["low"]], [r["high"] - r["accuracy"]]],
                         ls="none", marker=style.marker(r["label"]), ms=6, color=color, mfc="white" if hollow else color,
-                        capsize=2, label=r["label"])
+                        capsize=2, label=r["label"],
+                        transform=offset_copy(ax.transData, fig=fig, x=step_points * step, units="points"))
             panel["points"][r["label"]] = {"state_bytes": r["state_bytes"], "accuracy": r["accuracy"],
-                                           "low": r["low"], "high": r["high"], "not_converged": bool(hollow)}
+                                           "low": r["low"], "high": r["high"], "not_converged": bool(hollow),
+                                           **({"drawn_sideways": step} if step else {})}
         reference_lines(ax, None, pw["chance"], pw["ceiling"], horizontal=True)
         if (pw["not_converged"] > 0).any():
             _hollow_legend(ax)
         ax.set_xscale("log")
-        lo, hi = pw["state_bytes"].min(), pw["state_bytes"].max()
         ax.set_xlim(lo / 2, hi * 2)
         ax.set_ylim(-0.02, 1.04)
         ax.set_xlabel("state bytes")
@@ -289,6 +298,8 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
         ax.grid(alpha=0.3)
         drawn["panels"].append(panel)
     note = _seed_note(pd.concat([pw for *_, pw, _ in panels]), "interval")
+    if any("drawn_sideways" in point for panel in drawn["panels"] for point in panel["points"].values()):
+        note += f"; {SPREAD_NOTE}"
     return finish_figure(fig, axes, drawn, f"{drawn['title']}\n{note}")
 
 

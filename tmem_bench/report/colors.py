@@ -32,7 +32,7 @@ SIMILAR = 20.0
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 # Where other labels' colours come from (palette()).
 _QUALITATIVE = ("tab20", "Dark2", "Set1", "tab20b", "tab20c", "Paired", "Set2", "Accent")
-_LIGHTNESS = (25.0, 72.0)  # darker reads as black; lighter is too pale for a line on white
+_LIGHTNESS = (40.0, 75.0)  # darker reads as black (and dark hues as each other); lighter is too pale on white
 _MIN_CHROMA = 20.0  # greys are left to the reference lines (chance, ceiling)
 
 
