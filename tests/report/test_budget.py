@@ -325,3 +325,15 @@ def test_a_blind_reference_is_no_growing_state_reference_for_saturation(tmp_path
     claim = check_claim(load_run(tmp_path), "saturation")
     assert claim.verdict == INCONCLUSIVE, claim.reason
     assert "no growing-state reference (base, base_wide) learned the task at n_writes=5" in claim.reason
+
+
+def test_a_budget_reason_says_where_the_state_probe_cannot_tell():
+    """A verdict left to the budget names the points it rests on; where the probe ran there and its
+    calibration is below its goal, the reason says so rather than keeping silent about the state."""
+    from tmem_bench.report.budget import Point
+
+    point = Point(label="tensor", where="at n_writes=40", steps=(2000,), seeds=1, converged=1, not_converged=0,
+                  nothing_learned=True)
+    assert "probe" not in point.describe()
+    unread = Point(**{**vars(point), "probe_cannot_tell": 1})
+    assert unread.describe().endswith("; the state probe cannot tell (calibration below its goal)")

@@ -80,7 +80,11 @@ class Point:
         unknown = self.seeds - self.converged - self.not_converged
         seeds = (f"convergence of {self.seeds} seeds not recorded" if unknown == self.seeds else
                  f"{self.converged} of {self.seeds} seeds converged" + (f", {unknown} unknown" if unknown else ""))
-        return f"{self.label + ' ' if named else ''}{self.where} {what} in {steps} steps ({seeds})"
+        described = f"{self.label + ' ' if named else ''}{self.where} {what} in {steps} steps ({seeds})"
+        # A probe that cannot tell is said where the point is, so that no reader takes its silence for a
+        # state found empty or full.
+        return described + ("; the state probe cannot tell (calibration below its goal)"
+                            if self.probe_cannot_tell else "")
 
 
 def _flag(value) -> bool | None:
