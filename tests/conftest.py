@@ -6,7 +6,7 @@ import torch
 
 # The helper modules the test folders share assert too; pytest rewrites their asserts as a test's.
 pytest.register_assert_rewrite("tests.helpers", "tests.profiles", "tests.harness.helpers", "tests.leaderboard.helpers",
-                               "tests.models.helpers", "tests.report.helpers")
+                               "tests.contracts.helpers", "tests.report.helpers")
 
 from tests import profiles  # noqa: E402
 from tests.helpers import new_board, run_cli, write_one_cell  # noqa: E402

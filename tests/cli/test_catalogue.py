@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.models.helpers import NAMES
+from tests.contracts.helpers import NAMES
 
 
 def test_list_params_shows_base_wide_matched_to_tensor(capsys):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tests.models.helpers import NAMES, D, S, build
+from tests.contracts.helpers import NAMES, D, S, build
 from tmem_bench.diagnostics.causality import causality_probe
 
 

@@ -3,7 +3,7 @@
  * state, gates and gradients in cache from the first step to the last.
  *
  * The same computation as step.forward_step / backward_step (see there for the
- * maths); tests/models/test_tensor_memory.py holds both, and each vector variant below,
+ * maths); tests/tensor_memory/ holds both, and each vector variant below,
  * to the naive twin. Python calls these through ctypes (native.py), by
  * the argument names of native.NATIVE_SIGNATURES, which must list them as declared
  * here; the module init below exists only so that setuptools can build the file as

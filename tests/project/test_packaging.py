@@ -8,9 +8,9 @@ import venv
 import zipfile
 from pathlib import Path
 
-from tests.models.helpers import c_compiler
+from tests.contracts.helpers import c_compiler
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def has_native_extension(wheel: Path) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.models.helpers import HEADS, LAYERS, NAMES, TINY, D, S, build, bump, inputs, query_blocked
+from tests.contracts.helpers import HEADS, LAYERS, NAMES, TINY, D, S, build, bump, inputs, query_blocked
 from tmem_bench.diagnostics.causality import causality_probe
 from tmem_bench.registry import get_backbone
 

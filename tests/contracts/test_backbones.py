@@ -1,5 +1,5 @@
 """The backbone contract, checked for every registered backbone (plugins included); what is particular
-to one baseline is in test_baselines.py, to Tensor Memory in test_tensor_memory.py.
+to one baseline is in tests/baselines/, to Tensor Memory in tests/tensor_memory/.
 
 Sizes are tiny so the whole file runs in seconds; S = 16 covers two segments of
 `xl` at its default of 8 (so every relative-distance bias is used) and exceeds the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.models.helpers import BUILTIN, HEADS, LAYERS, NAMES, TINY, D, S, build, bump, inputs
+from tests.contracts.helpers import BUILTIN, HEADS, LAYERS, NAMES, TINY, D, S, build, bump, inputs
 from tmem_bench.diagnostics import conformance
 from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import profile_state_lengths

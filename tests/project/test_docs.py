@@ -11,7 +11,7 @@ import pytest
 from tmem_bench.cli import build_parser, main
 
 SUBCOMMANDS = ("run", "jobs", "report", "list", "check", "leaderboard", "probe", "validity")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -1,12 +1,4 @@
-"""Every registered task, through the task conformance checks; then what is particular to each family.
-
-The generic checks (conformance_tasks: declarations, batches, the oracle and the ceiling, chance,
-fingerprints, blocked edges, attention blind under memory forcing, reach positions) run over every
-registered task, every variant it names and every level of its own grid, so a new task (or
-variant) is covered without new test code, and what these tests know of each task comes from its
-own declarations; tests/diagnostics/test_conformance_tasks.py shows that each check can fail. A profile runs the
-tasks it lists and no other: a new task need not be in any.
-"""
+"""Map building: memory forcing's cut, the gymnasium environment, the walk, queries and encodings."""
 from __future__ import annotations
 
 import subprocess
@@ -19,92 +11,10 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import tmem_bench
+from tests.tasks.helpers import cut
 from tmem_bench.contracts.task import fingerprint
-from tmem_bench.diagnostics.conformance_tasks import TASK_CHECKS, TaskSpec, task_check_name, task_levels, task_variants
 from tmem_bench.errors import UsageError
-from tmem_bench.harness.plan import Cell, load_profile, plan_run, profile_names
-from tmem_bench.harness.train import run_cell
-from tmem_bench.registry import TASKS, get_task, task_names
-from tmem_bench.tasks import map_building, map_building_env, occlusion
-
-NAMES = task_names()
-VARIANTS = [(name, variant, task) for name in NAMES for variant, task in task_variants(TASKS.get(name), {})]
-
-
-@pytest.mark.parametrize("profile", profile_names())
-def test_a_profile_runs_the_tasks_it_lists_and_plans_any_other_it_is_given(profile):
-    listed = set(load_profile(profile)["tasks"])
-    assert {c.task for c in plan_run("all", profile).cells} == listed
-    for name in NAMES:  # one it does not list is planned from the task's own levels and variants
-        assert {c.task for c in plan_run(name, profile).cells} == {name}
-
-
-@pytest.mark.parametrize("check", TASK_CHECKS, ids=task_check_name)
-@pytest.mark.parametrize("name", NAMES)
-def test_every_registered_task_passes_the_task_checks(name, check):
-    result = check(TASKS.get(name), TaskSpec(name=name))
-    assert result.passed, result.detail
-
-
-@pytest.mark.parametrize("name,variant,task", VARIANTS, ids=[f"{n}-{v}" for n, v, _ in VARIANTS])
-def test_tiny_end_to_end_run(name, variant, task):
-    levels = tuple(task_levels(task))
-    cell = Cell(
-        task=name, task_options=task.options(), variant="test", train_level=levels[0], eval_levels=levels,
-        model="base", label="base", model_options={"d_model": 16, "n_layers": 1, "n_heads": 2},
-        seed=0, train={"steps": 2, "batch_size": 8, "lr": 1e-3, "weight_decay": 0.01, "grad_clip": 1.0,
-                       "log_every": 1, "eval_size": 32},
-    )
-    result = run_cell(cell)
-    assert result["causality"]["verdict"] == "causal"
-    assert result["cell"]["task_options"] == task.options()
-    assert len(result["history"]) == 2
-    for entry, level in zip(result["eval"], levels, strict=True):
-        batch, fp = task.eval_set(level, 32)
-        assert entry["fingerprint"] == fp
-        assert entry["chance"] == task.chance(level)
-        assert entry["ceiling"] == task.ceiling(level, batch)
-        assert 0.0 <= entry["accuracy"] <= 1.0 and entry["n"] == batch["target"].numel()
-
-
-@pytest.mark.parametrize("name,variant,task", VARIANTS, ids=[f"{n}-{v}" for n, v, _ in VARIANTS])
-def test_the_memory_forcing_variants_are_the_blocking_ones(name, variant, task):
-    """A variant is declared memory-forcing exactly when its adapter blocks attention edges at some
-    level of its grid, and stays so whatever other options a profile gives it (sizes, say)."""
-    forcing = variant in task.memory_forcing
-    blocks = any((b := task.make_adapter(16).blocked(task.sample(level, 1, torch.Generator().manual_seed(0))))
-                 is not None and b.any() for level in task_levels(task))
-    assert blocks == forcing
-    assert TASKS.get(name).forces_memory(task.options()) == forcing
-    assert TASKS.get(name).forces_memory({**task.options(), "an_option_no_variant_sets": 4}) == forcing
-
-
-def cut(blocked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(R, C) of an (S, S) mask: the rows with a blocked edge, and the columns blocked for any of them."""
-    return blocked.any(1), blocked.any(0)
-
-
-@pytest.mark.parametrize("length", [0, 1, 2, 3])
-def test_block_hidden_cuts_hidden_frames_from_visible_frames(length):
-    T = 4
-    task = occlusion.Occlusion(n_frames=T, hide="end", block_hidden=True)
-    batch = task.sample({"occlusion_len": length}, 4, torch.Generator().manual_seed(0))
-    assert batch["occlusion_len"].tolist() == [length] * 4
-    blocked = task.make_adapter(16).blocked(batch)
-    frame = torch.arange(T * occlusion.N_PATCHES) // occlusion.N_PATCHES  # the frame of each token
-    if length == 0:
-        assert blocked.shape == (T * 16, T * 16) and not blocked.any()
-        return
-    R, C = cut(blocked)
-    assert torch.equal(R, frame >= T - length), "R is not the tokens of the last L frames"
-    assert torch.equal(C, frame < T - length), "C is not the tokens of the visible frames"
-
-
-def test_occlusion_without_block_hidden_has_no_mask_and_no_extra_key():
-    task = occlusion.Occlusion(n_frames=4, hide="end")
-    batch = task.sample({"occlusion_len": 2}, 4, torch.Generator().manual_seed(0))
-    assert set(batch) == {"frames", "target"}  # the fingerprints of existing variants are unchanged
-    assert task.make_adapter(16).blocked(batch) is None
+from tmem_bench.tasks import map_building, map_building_env
 
 
 @pytest.mark.parametrize("n_queries", [1, 3])
@@ -120,22 +30,6 @@ def test_block_queries_cuts_every_query_from_every_observation(encoding, n_queri
     R, C = cut(adapter.blocked(batch))
     assert torch.equal(R, torch.arange(S) >= n_obs), "R is not the last Q tokens"
     assert torch.equal(C, torch.arange(S) < n_obs), "C is not every observation token"
-
-
-@pytest.mark.parametrize("options", [
-    {"block_hidden": True},  # hide defaults to "middle"
-    {"hide": "middle", "block_hidden": True},
-    {"hide": "end", "occluder": True, "block_hidden": True},
-])
-def test_block_hidden_needs_hide_end_and_no_occluder(options):
-    with pytest.raises(UsageError, match="block_hidden"):
-        occlusion.Occlusion(**options)
-
-
-def test_block_hidden_is_an_option_only_when_true():
-    plain = occlusion.Occlusion(hide="end").options()
-    assert "block_hidden" not in plain and occlusion.Occlusion(hide="end", block_hidden=False).options() == plain
-    assert occlusion.Occlusion(hide="end", block_hidden=True).options() == {**plain, "block_hidden": True}
 
 
 ENV_IDS = [i for i in gymnasium.registry if i.startswith("tmem_bench/")]
@@ -296,60 +190,3 @@ def test_map_building_with_one_query_samples_the_episodes_it_sampled_before_n_qu
         # The encoding changes the tokens, not the episodes.
         cells = map_building.MapBuilding(encoding="cells").sample({"horizon": 10}, 16, torch.Generator().manual_seed(seed))
         assert fingerprint(cells) == fingerprint(batch)
-
-
-def test_occlusion_quadrant_is_the_top_left_pixel_and_the_ball_wraps():
-    task = occlusion.Occlusion(n_frames=2)
-    frames = task.render(torch.tensor([[7, 15]]), torch.tensor([[1, 1]]), 0)  # (1, 2, 16, 16)
-    lit = {tuple(p) for p in frames[0, 0].nonzero().tolist()}
-    assert lit == {(7, 15), (7, 0), (8, 15), (8, 0)}
-    assert occlusion.quadrant(torch.tensor([7, 15])) == 1  # straddles all four quadrants; its top-left is in 1
-    assert {tuple(p) for p in frames[0, 1].nonzero().tolist()} == {(8, 0), (8, 1), (9, 0), (9, 1)}
-
-
-@pytest.mark.parametrize("options", [{}, {"hide": "end"}, {"occluder": True}, {"occluder": True, "hide": "end"}])
-def test_occlusion_hides_the_ball_exactly_in_the_hidden_frames(options):
-    task = occlusion.Occlusion(**options)
-    for length in range(task.n_frames + 1):
-        batch = task.sample({"occlusion_len": length}, 64, torch.Generator().manual_seed(length))
-        hidden = task.hidden_frames(length)
-        assert int(hidden.sum()) == length
-        ball = (batch["frames"] == 1).flatten(2).any(-1)  # (B, T)
-        assert not ball[:, hidden].any()
-        occluder = (batch["frames"] == occlusion.OCCLUDER_VALUE).flatten(2).any(-1)
-        if task.occluder and 0 < length:
-            assert occluder.all()  # static, visible in every frame
-        else:
-            assert not occluder.any() and ball[:, ~hidden].all()
-
-
-def test_occlusion_ceiling_with_one_visible_frame_matches_enumeration():
-    task = occlusion.Occlusion(hide="end")
-    T = task.n_frames
-    level = {"occlusion_len": T - 1}
-    batch = task.sample(level, 64, torch.Generator().manual_seed(0))
-    total = 0.0
-    for frame in batch["frames"][:, 0]:
-        lit = {tuple(p) for p in frame.nonzero().tolist()}
-        (r, c), = [(r, c) for r, c in lit if ((r + 1) % 16, (c + 1) % 16) in lit]
-        counts = [0] * 4
-        for dr, dc in occlusion.VELOCITIES.tolist():
-            counts[int(occlusion.quadrant(torch.tensor([(r + (T - 1) * dr) % 16, (c + (T - 1) * dc) % 16])))] += 1
-        total += max(counts) / sum(counts)
-    assert task.ceiling(level, batch) == pytest.approx(total / 64, abs=1e-12)
-    assert task.ceiling(level, batch) < 1.0
-    assert task.ceiling({"occlusion_len": 0}, task.sample({"occlusion_len": 0}, 64, torch.Generator())) == 1.0
-
-
-def test_occlusion_rejects_bad_levels_and_options():
-    with pytest.raises(UsageError, match="occlusion_len must be at most n_frames"):
-        occlusion.Occlusion().validate_level({"occlusion_len": 9})
-    with pytest.raises(UsageError, match="hide 'start'.*middle, end"):
-        occlusion.Occlusion(hide="start")
-
-
-def test_no_harm_has_no_axis():
-    task = get_task("no_harm")
-    assert task.validate_level({}) == {}
-    with pytest.raises(UsageError, match="none"):
-        task.validate_level({"n_writes": 5})

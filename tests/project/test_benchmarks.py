@@ -9,7 +9,7 @@ from tmem_bench.harness import runner
 from tmem_bench.harness.dryrun import fmt_duration
 from tmem_bench.harness.plan import make_plan
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _cell(run_dir: Path, cell_id: str, seed: int, accuracy: float, loss: float, hardware: str | None = None):
@@ -101,7 +101,7 @@ def test_selection_agreement_counts_the_choices_two_runs_share_by_either_rule(tm
 
     a = run("a", [search("x", {1e-3: 0.6, 1e-2: 0.5}, 1e-3), search("y", {1e-3: 0.5, 1e-2: 0.52}, 1e-3, (1e-3, 1e-2))])
     b = run("b", [search("x", {1e-3: 0.7, 1e-2: 0.2}, 1e-3), search("y", {1e-3: 0.53, 1e-2: 0.5}, 1e-3, (1e-3, 1e-2))])
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_agreement.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "selection_agreement.py"
     proc = subprocess.run([sys.executable, str(script), a, b], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "first seed alone: 1 of 2 choices agree" in proc.stdout
