@@ -1,5 +1,5 @@
-"""index.html in a real browser: its tables, sorting by mouse and keyboard, the filters, a page that fits
-the screen, and a level an entry lacks drawn as a gap."""
+"""index.html: no entry text or banner can add markup to it; in a real browser, its tables, sorting by
+mouse and keyboard, the filters, a page that fits the screen, and a level an entry lacks drawn as a gap."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,19 @@ import pytest
 from tests.leaderboard.helpers import tiny_run
 from tmem_bench.cli import main
 from tmem_bench.leaderboard.page import render_page
+
+
+def test_entry_text_and_a_banner_add_no_markup():
+    hostile = "</script><script>alert(1)</script><!-- it's \"quoted\" & <b>bold</b>"
+    group = {"profile": "p", "task": "coordinate_binding", "variant": "standard", "kind": "standard",
+             "kind_title": hostile, "about": hostile, "levels": ["-"], "labels": {"-": "-"}, "chance": {"-": 0.1},
+             "ceiling": {"-": 1.0}, "rows": [{"slug": "s", "name": hostile, "description": hostile, "model": "base",
+                                             "label": "base", "cells": {}}]}
+    page = render_page(json.dumps([group]), banner=hostile)
+    assert page.count("<script") == 2 and page.count("</script>") == 2 and "<b>" not in page and "<!--" not in page
+    data = json.loads(page.split('id="board-data">')[1].split("</script>")[0])
+    assert data[0]["rows"][0]["name"] == data[0]["about"] == hostile
+    assert '<p class="banner" role="note">&lt;/script&gt;&lt;script&gt;alert(1)' in page
 
 
 def chromium():

@@ -28,7 +28,8 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"tmem_bench"}
     for module in ("tmem_bench/tasks/coordinate_binding.py", "tmem_bench/baselines/transformer.py",
-                   "tmem_bench/profiles/quick.toml", "tmem_bench/cli/__init__.py"):
+                   "tmem_bench/profiles/quick.toml", "tmem_bench/cli/__init__.py",
+                   "tmem_bench/leaderboard/page.html"):
         assert module in names
     has_native = has_native_extension(wheel)
     assert has_native or c_compiler() is None, "a C compiler is here but the wheel lacks the native extension"
@@ -55,6 +56,9 @@ def test_wheel_installs_only_tmem_bench(tmp_path):
                          cwd=tmp_path, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert "coordinate_binding" in cli.stdout
+    page = subprocess.run([py, "-c", "from tmem_bench.leaderboard.page import render_page; print(render_page('[]'))"],
+                          check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert page.stdout.startswith("<!DOCTYPE html>")
     native = subprocess.run([py, "-c", "from tmem_bench.tensor_memory import native; print(native.native_library() is not None)"],
                             check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert native.stdout.strip() == str(has_native)

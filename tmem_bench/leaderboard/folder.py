@@ -30,7 +30,8 @@ PAGES = ("README.md", "index.html")
 
 @contextlib.contextmanager
 def held(board, say=print):
-    """Hold the board folder's lock (tidied first) for the duration of the block; a second holder is refused."""
+    """Hold the board folder's lock (tidied first) for the duration of the block; a second holder is refused.
+    Not filelock: it locks a lock file, which would sit in the board and, deleted while held, let a second writer in."""
     board = Path(board)
     if not board.is_dir():
         raise UsageError(f"{str(board)!r} is not a leaderboard folder (it does not exist or is not a folder)")

@@ -224,7 +224,8 @@ def fetch(entry: dict, allow_file_urls: bool = False) -> tuple[int, int, list[st
 
 def download(url: str, target: Path, expected: dict) -> None:
     """Stream `url` into `target`, at most the recorded size, and keep it only when its sha256 and
-    size are the recorded ones."""
+    size are the recorded ones. Not torch.hub's download_url_to_file or pooch: neither stops at a size
+    while streaming, has an overall deadline or checks each redirect hop."""
     check_url(url, "weights URL")
     target.parent.mkdir(parents=True, exist_ok=True)
     limit = min(expected["size"], MAX_WEIGHTS_BYTES)

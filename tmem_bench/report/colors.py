@@ -49,7 +49,8 @@ def lab(colors) -> np.ndarray:
 
 def delta_e(lab1: np.ndarray, lab2: np.ndarray) -> np.ndarray:
     """CIEDE2000 between CIELAB rows (either side may be one row; it is broadcast), as in Sharma,
-    Wu and Dalal (2005)."""
+    Wu and Dalal (2005), whose reference pairs test it. Not a library's (scikit-image, colour-science):
+    a heavy dependency for these twenty lines."""
     (l1, a1, b1), (l2, a2, b2) = np.atleast_2d(lab1).T, np.atleast_2d(lab2).T
     c_mean = (np.hypot(a1, b1) + np.hypot(a2, b2)) / 2
     g = 0.5 * (1 - np.sqrt(c_mean ** 7 / (c_mean ** 7 + 25.0 ** 7)))

@@ -30,6 +30,8 @@ def fmt_points(mean, low, high) -> str:
 
 
 def md_table(header: list[str], body: list[list]) -> str:
+    """A GitHub Markdown table, cells unpadded and "|" escaped. Not pandas' to_markdown (tabulate): it pads
+    each column to its widest cell, so every committed report would change, and leaves "|" unescaped."""
     def cell(v):
         return str(v).replace("|", "\\|")
 
