@@ -7,26 +7,22 @@ and `None` while it waits so that the driver can refresh its display. A worker t
 job the scheduler ends or a lost node becomes a failed outcome here; retries, failure records
 and progress are the driver's (runner.py), so every executor behaves the same; the run directory's
 files, jobs.json included, are rundir.py's.
+
+Each engine is one module that declares itself to the registry (base.ENGINES, base.py says what an
+engine declares); importing it here registers it, in the order the messages list the engines.
 """
 from __future__ import annotations
 
 from ..rundir import RunDir
-from .base import Executor, ExecutorOptions, usable
+from .base import ENGINES, Executor, ExecutorOptions, usable
 from .local import LocalPool
 from .ray_tasks import RayTasks
-from .slurm import SubmititJobs, cancel_jobs, job_states, read_jobs_record
+from .slurm import SlurmOptions, SubmititJobs, cancel_jobs, job_states, read_jobs_record
 
-__all__ = ["Executor", "ExecutorOptions", "LocalPool", "RayTasks", "SubmititJobs", "cancel_jobs", "job_states",
-           "make_executor", "read_jobs_record", "usable"]
+__all__ = ["ENGINES", "Executor", "ExecutorOptions", "LocalPool", "RayTasks", "SlurmOptions", "SubmititJobs",
+           "cancel_jobs", "job_states", "make_executor", "read_jobs_record", "usable"]
 
 
 def make_executor(o: ExecutorOptions, run_dir: RunDir, device: str) -> Executor:
-    if o.kind == "local":
-        import torch
-
-        return LocalPool(o.workers, o.cpus_per_cell, torch.cuda.device_count() if device in ("auto", "cuda") else 0)
-    if o.kind == "ray":
-        return RayTasks(o.address, o.cpus_per_cell, o.gpus_per_cell)
-    if o.kind == "slurm":
-        return SubmititJobs(run_dir, o)
-    return Executor(o.cpus_per_cell)
+    """The engine of options checked by `usable`, started."""
+    return ENGINES[o.kind].make(o, run_dir, device)
