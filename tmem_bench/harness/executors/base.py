@@ -1,11 +1,12 @@
-"""What every engine shares: the registry of engines, the options they are given and their checks,
-the outcome of a failed cell, and the serial engine the others extend.
+"""What every engine shares: the registry of engines, the options they are given, how the dry run
+describes one (`Sketch`), the outcome of a failed cell, and the serial engine the others extend.
 
 An engine is an Executor subclass that declares, in its own module, everything the rest of the
 package asks of it: its `name`, the flags it takes (`flags`), its own options (`Options`), the
 package its extra installs (`extra`), whether it can run here (`check`), how it is made (`make`)
 and how it describes itself for `--dry-run` without starting (`sketch`). `@engine` registers it;
-`make_executor`, `usable`, the dry run and the jobs record read ENGINES, never a list of names.
+`make_executor`, `usable` (in the package's __init__, where every engine is registered), the dry
+run and the jobs record read ENGINES, never a list of names.
 """
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import importlib.util
 import os
 import socket
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ...errors import UsageError, check_float, check_int
+from ...errors import UsageError
 
 TICK_S = 0.5
 
@@ -55,31 +56,9 @@ class Sketch:
     note: str | None = None
 
 
-def usable(options: ExecutorOptions | str | None) -> ExecutorOptions:
-    """The options checked, with the engine's own options in `own`, or a UsageError naming what is
-    wrong (including a missing extra)."""
-    o = ExecutorOptions(kind=options) if isinstance(options, str) else (options or ExecutorOptions())
-    chosen = ENGINES.get(o.kind)
-    if chosen is None:
-        raise UsageError(f"--executor {o.kind!r} is unknown; allowed: {', '.join(ENGINES)}")
-    given = ["--workers"] * (o.workers is not None) + ["--address"] * (o.address is not None)
-    given += ["--gpus-per-cell"] * (o.gpus_per_cell is not None)
-    given += o.own.given() if o.own is not None else []
-    for flag in given:
-        if flag not in chosen.flags:
-            kinds = [name for name, e in ENGINES.items() if flag in e.flags]
-            raise UsageError(f"{flag} applies to --executor {' or '.join(kinds)}, not {o.kind}")
-    for flag, count in (("--workers", o.workers), ("--cpus-per-cell", o.cpus_per_cell)):
-        if count is not None:
-            check_int(flag, count)
-    if o.gpus_per_cell is not None:
-        check_float("--gpus-per-cell", o.gpus_per_cell)
-    if chosen.Options is None:
-        o = replace(o, own=None)
-    elif not isinstance(o.own, chosen.Options):
-        o = replace(o, own=chosen.Options())  # another engine's, none of its flags given: this one's defaults
-    chosen.check(o)
-    return o
+def make_executor(o: ExecutorOptions, run_dir, device: str) -> Executor:
+    """The engine of options checked by `usable`, started."""
+    return ENGINES[o.kind].make(o, run_dir, device)
 
 
 def on_a_cluster(name: str, o: ExecutorOptions) -> Sketch:
