@@ -12,7 +12,7 @@ def cmd_run(args) -> int:
     import torch
     from rich.console import Console
 
-    from ..harness.executors.base import ExecutorOptions, usable
+    from ..harness.executors import ExecutorOptions, SlurmOptions, usable
     from ..harness.plan import Overrides, plan_run
     from ..harness.plan_checks import check_sizes
     from ..harness.rundir import RunDir
@@ -34,12 +34,12 @@ def cmd_run(args) -> int:
         batch_size=args.batch_size,
         selection_only=args.selection_only or None,
     )
-    # Every argument is parsed and checked before anything is planned.
-    executor = usable(ExecutorOptions(
-        kind=args.executor, workers=args.workers, address=args.address, cpus_per_cell=args.cpus_per_cell,
-        gpus_per_cell=args.gpus_per_cell, slurm_partition=args.slurm_partition, slurm_time=args.slurm_time,
-        slurm_options=sbatch_options(args.slurm_option),
-        slurm_cluster=args.slurm_cluster))
+    # Every argument is parsed and checked before anything is planned. Slurm's flags are parsed
+    # whichever engine runs: one given to another engine is refused by name.
+    slurm = SlurmOptions(partition=args.slurm_partition, time=args.slurm_time,
+                         options=sbatch_options(args.slurm_option), cluster=args.slurm_cluster)
+    executor = usable(ExecutorOptions(kind=args.executor, workers=args.workers, address=args.address,
+                                      cpus_per_cell=args.cpus_per_cell, gpus_per_cell=args.gpus_per_cell, own=slurm))
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)
     out = Path(args.out or f"runs/{args.task}-{Path(args.profile).stem}")

@@ -6,8 +6,6 @@ import math
 import os
 from pathlib import Path
 
-import torch
-
 from ..levels import level_key
 from .estimate import Estimate, MeasuredCost, Meter, Row, estimate, plan_rows
 from .plan import Cell
@@ -114,35 +112,19 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
     """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
     measured on this machine; reads `run_dir` if it exists, writes nothing."""
     from ..contracts.device import hardware, resolve_device
-    from .executors.base import Executor, available_cores
-    from .executors.local import LocalPool
+    from .executors import ENGINES
+    from .executors.base import available_cores
 
     resolved = resolve_device(device)
-    note = None
-    if options.kind == "local":
-        gpus = torch.cuda.device_count() if resolved.type == "cuda" else 0
-        pool = LocalPool(options.workers, options.cpus_per_cell, gpus)
-        threads, workers = pool.threads, pool.workers
-        executor = f"on a local pool of {workers} worker(s), {threads} thread(s) each"
-        if gpus == 0 and workers * threads > available_cores():
-            note = (f"note: {workers} workers x {threads} threads exceed the {available_cores()} cores here; "
-                    f"they will run slower than measured")
-        elif workers > 1:
-            note = ("note: measured one cell at a time; workers running together share memory bandwidth "
-                    "and may each run slower")
-    elif options.kind == "serial":
-        threads, workers = Executor(options.cpus_per_cell).threads or torch.get_num_threads(), 1
-        executor = f"one after another in this process, {threads} thread(s)"
-    else:
-        threads, workers = options.cpus_per_cell or 1, None
-        executor = f"--executor {options.kind} ({threads} CPU(s) per cell)"
+    sketch = ENGINES[options.kind].sketch(options, device)
+    threads, note = sketch.threads, sketch.note
     meter = meter or MeasuredCost(resolved, threads)
     run_dir_exists = Path(run_dir).is_dir()
     rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
     measured = "per cell: setup + steps x the step time (+ validation checks) + evaluation"
     if isinstance(meter, MeasuredCost):
         meter.prepare(c for row in rows for c in row.cells)
-    est = estimate(rows, meter, workers)
+    est = estimate(rows, meter, sketch.workers)
     if isinstance(meter, MeasuredCost):
         sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
         measured += (f", measured here on {resolved} ({hardware(resolved)}) with {threads} thread(s): "
@@ -156,5 +138,5 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
             busy = (f"note: the load average here is {load:.1f} on {available_cores()} cores, so the measured "
                     f"times include waiting for a core; on an idle machine the run is faster")
             note = f"{note}\n{busy}" if note else busy
-    return render(est, what=what, run_dir=Path(run_dir), run_dir_exists=run_dir_exists, executor=executor,
+    return render(est, what=what, run_dir=Path(run_dir), run_dir_exists=run_dir_exists, executor=sketch.text,
                   measured=measured, parallel_note=note)

@@ -18,8 +18,8 @@ from ..contracts.device import resolve_device
 from ..errors import check_int
 from ..registry import module_names, module_names_allowed
 from ..version import __version__
-from .executors import make_executor
-from .executors.base import Executor, ExecutorOptions, failure, usable
+from .executors import make_executor, usable
+from .executors.base import Executor, ExecutorOptions, failure
 from .plan import Cell, Plan, cell_from_dict
 from .rundir import RunDir
 from .selection import choose

@@ -7,26 +7,47 @@ and `None` while it waits so that the driver can refresh its display. A worker t
 job the scheduler ends or a lost node becomes a failed outcome here; retries, failure records
 and progress are the driver's (runner.py), so every executor behaves the same; the run directory's
 files, jobs.json included, are rundir.py's.
+
+Each engine is one module that declares itself to the registry (base.ENGINES; base.py says what an
+engine declares); importing it here registers it, in the order the messages list the engines, and
+`usable` checks options against every engine registered.
 """
 from __future__ import annotations
 
-from ..rundir import RunDir
-from .base import Executor, ExecutorOptions, usable
+from dataclasses import replace
+
+from ...errors import UsageError, check_float, check_int
+from .base import ENGINES, Executor, ExecutorOptions, make_executor
 from .local import LocalPool
 from .ray_tasks import RayTasks
-from .slurm import SubmititJobs, cancel_jobs, job_states, read_jobs_record
+from .slurm import SlurmOptions, SubmititJobs, cancel_jobs, job_states, read_jobs_record
 
-__all__ = ["Executor", "ExecutorOptions", "LocalPool", "RayTasks", "SubmititJobs", "cancel_jobs", "job_states",
-           "make_executor", "read_jobs_record", "usable"]
+__all__ = ["ENGINES", "Executor", "ExecutorOptions", "LocalPool", "RayTasks", "SlurmOptions", "SubmititJobs",
+           "cancel_jobs", "job_states", "make_executor", "read_jobs_record", "usable"]
 
 
-def make_executor(o: ExecutorOptions, run_dir: RunDir, device: str) -> Executor:
-    if o.kind == "local":
-        import torch
-
-        return LocalPool(o.workers, o.cpus_per_cell, torch.cuda.device_count() if device in ("auto", "cuda") else 0)
-    if o.kind == "ray":
-        return RayTasks(o.address, o.cpus_per_cell, o.gpus_per_cell)
-    if o.kind == "slurm":
-        return SubmititJobs(run_dir, o)
-    return Executor(o.cpus_per_cell)
+def usable(options: ExecutorOptions | str | None) -> ExecutorOptions:
+    """The options checked, with the engine's own options in `own`, or a UsageError naming what is
+    wrong (including a missing extra)."""
+    o = ExecutorOptions(kind=options) if isinstance(options, str) else (options or ExecutorOptions())
+    chosen = ENGINES.get(o.kind)
+    if chosen is None:
+        raise UsageError(f"--executor {o.kind!r} is unknown; allowed: {', '.join(ENGINES)}")
+    shared = {"--workers": o.workers, "--address": o.address, "--gpus-per-cell": o.gpus_per_cell}
+    given = [flag for flag, value in shared.items() if value is not None]
+    given += o.own.given() if o.own is not None else []
+    for flag in given:
+        if flag not in chosen.flags:
+            kinds = [name for name, e in ENGINES.items() if flag in e.flags]
+            raise UsageError(f"{flag} applies to --executor {' or '.join(kinds)}, not {o.kind}")
+    for flag, count in (("--workers", o.workers), ("--cpus-per-cell", o.cpus_per_cell)):
+        if count is not None:
+            check_int(flag, count)
+    if o.gpus_per_cell is not None:
+        check_float("--gpus-per-cell", o.gpus_per_cell)
+    if chosen.Options is None:
+        o = replace(o, own=None)
+    elif not isinstance(o.own, chosen.Options):
+        o = replace(o, own=chosen.Options())  # another engine's, none of its flags given: this one's defaults
+    chosen.check(o)
+    return o

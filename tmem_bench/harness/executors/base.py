@@ -1,90 +1,70 @@
-"""What every executor shares: its options and their checks, the outcome of a failed cell, and the
-serial executor the others extend."""
+"""What every engine shares: the registry of engines, the options they are given, how the dry run
+describes one (`Sketch`), the outcome of a failed cell, and the serial engine the others extend.
+
+An engine is an Executor subclass that declares, in its own module, everything the rest of the
+package asks of it: its `name`, the flags it takes (`flags`), its own options (`Options`), the
+package its extra installs (`extra`), whether it can run here (`check`), how it is made (`make`)
+and how it describes itself for `--dry-run` without starting (`sketch`). `@engine` registers it;
+`make_executor`, `usable` (in the package's __init__, where every engine is registered), the dry
+run and the jobs record read ENGINES, never a list of names.
+"""
 from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import socket
 import traceback
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
-from ...errors import UsageError, check_float, check_int
+from ...errors import UsageError
 
-EXECUTORS = ("serial", "local", "ray", "slurm")
-EXTRAS = {"ray": "ray", "slurm": "submitit"}  # executor -> the package its extra installs
-CLUSTERS = ("slurm", "local")
 TICK_S = 0.5
 
 Outcome = dict
 Step = tuple[dict, Outcome] | None
 
+ENGINES: dict[str, type[Executor]] = {}  # name -> engine, in the order the messages list them
+
+
+def engine(cls: type[Executor]) -> type[Executor]:
+    """Register an engine under its name (the executors package imports every engine module)."""
+    ENGINES[cls.name] = cls
+    return cls
+
 
 @dataclass(frozen=True)
 class ExecutorOptions:
+    """The options every engine is given; each takes the flags it declares and ignores the rest."""
     kind: str = "serial"
     workers: int | None = None  # local: processes; slurm: array tasks running at once
     address: str | None = None  # ray: an existing cluster; None starts a local Ray
     cpus_per_cell: int | None = None
     gpus_per_cell: float | None = None
-    slurm_partition: str | None = None
-    slurm_time: str = "240"  # minutes, H:MM:SS or D-HH:MM:SS
-    slurm_options: dict = field(default_factory=dict)  # extra sbatch options, KEY -> VALUE
-    slurm_cluster: str = "slurm"  # "local" runs the jobs as processes here, through submitit
+    # The engine's own options (an instance of its `Options`, such as slurm.SlurmOptions); None
+    # takes their defaults. The command line passes Slurm's whichever engine runs, so that a Slurm
+    # flag given to another engine is refused by name.
+    own: Any = None
 
 
-def usable(options: ExecutorOptions | str | None) -> ExecutorOptions:
-    """The options checked, or a UsageError naming what is wrong (including a missing extra)."""
-    o = ExecutorOptions(kind=options) if isinstance(options, str) else (options or ExecutorOptions())
-    if o.kind not in EXECUTORS:
-        raise UsageError(f"--executor {o.kind!r} is unknown; allowed: {', '.join(EXECUTORS)}")
-    applies = {
-        "--workers": (o.workers is not None, ("local", "slurm")),
-        "--address": (o.address is not None, ("ray",)),
-        "--gpus-per-cell": (o.gpus_per_cell is not None, ("ray", "slurm")),
-        "--slurm-partition": (o.slurm_partition is not None, ("slurm",)),
-        "--slurm-option": (bool(o.slurm_options), ("slurm",)),
-    }
-    for flag, (given, kinds) in applies.items():
-        if given and o.kind not in kinds:
-            raise UsageError(f"{flag} applies to --executor {' or '.join(kinds)}, not {o.kind}")
-    for flag, count in (("--workers", o.workers), ("--cpus-per-cell", o.cpus_per_cell)):
-        if count is not None:
-            check_int(flag, count)
-    if o.gpus_per_cell is not None:
-        check_float("--gpus-per-cell", o.gpus_per_cell)
-        if o.kind == "slurm" and not float(o.gpus_per_cell).is_integer():
-            raise UsageError(f"--gpus-per-cell must be a whole number with --executor slurm, got {o.gpus_per_cell}")
-    if o.slurm_cluster not in CLUSTERS:
-        raise UsageError(f"--slurm-cluster {o.slurm_cluster!r} is unknown; allowed: {', '.join(CLUSTERS)}")
-    minutes(o.slurm_time)
-    package = EXTRAS.get(o.kind)
-    if package and importlib.util.find_spec(package) is None:
-        raise UsageError(f"--executor {o.kind} needs {package}, which is not installed; "
-                         f"install it with: pip install \"tmem-bench[{o.kind}]\"")
-    if o.kind == "slurm" and o.slurm_cluster == "slurm" and shutil.which("sbatch") is None:
-        raise UsageError("--executor slurm: sbatch is not on PATH here; run the driver on a Slurm login node, "
-                         "or add --slurm-cluster local to try the jobs on this machine")
-    return o
+@dataclass(frozen=True)
+class Sketch:
+    """How an engine would run the cells, told without starting it (the dry run's estimate)."""
+    text: str  # follows "wall time" in the dry run
+    threads: int  # torch threads per cell, which the estimate measures with
+    workers: int | None  # cells at once; None where the cluster decides
+    note: str | None = None
 
-def minutes(text: str) -> int:
-    """A Slurm time limit (MINUTES, H:MM:SS or D-HH:MM:SS) in whole minutes, at least one."""
-    days, _, clock = str(text).rpartition("-")
-    parts = clock.split(":")
-    try:
-        if not days and len(parts) == 1:
-            total = float(parts[0])
-        elif len(parts) == 3:
-            h, m, s = (int(p) for p in parts)
-            total = (int(days or 0) * 24 + h) * 60 + m + s / 60
-        else:
-            raise ValueError
-    except ValueError:
-        total = -1
-    if total < 1:
-        raise UsageError(f"--slurm-time {text!r} must be MINUTES, H:MM:SS or D-HH:MM:SS, at least one minute")
-    return max(1, round(total))
+
+def make_executor(o: ExecutorOptions, run_dir, device: str) -> Executor:
+    """The engine of options checked by `usable`, started."""
+    return ENGINES[o.kind].make(o, run_dir, device)
+
+
+def on_a_cluster(name: str, o: ExecutorOptions) -> Sketch:
+    """The dry run of an engine whose cluster decides how many cells run at once."""
+    threads = o.cpus_per_cell or 1
+    return Sketch(f"--executor {name} ({threads} CPU(s) per cell)", threads, None)
 
 
 def first_line(error: BaseException) -> str:
@@ -102,16 +82,38 @@ def failure(job: dict, error: BaseException | str, trace: str | None = None) -> 
             "traceback": trace or str(error), "host": socket.gethostname()}
 
 
+@engine
 class Executor:
-    """Runs cells in this process, one after another."""
+    """Runs cells in this process, one after another: the serial engine, and what every engine extends."""
     name = "serial"
     slots: int | None = 1  # cells running at once; None where the cluster decides
+    flags: tuple[str, ...] = ()  # the flags it takes besides --cpus-per-cell, which every engine takes
+    Options: type | None = None  # its own options (a dataclass with `given()`, the flags given), if any
+    extra: str | None = None  # the package its extra (named as the engine) installs, if it needs one
 
     def __init__(self, threads: int | None = None):
         # Torch threads each cell sets; None leaves this process's own. On the CPU a cell's
         # numbers depend on them (sums split among threads round differently), so the same
         # count gives the same numbers under every executor.
         self.threads = threads
+
+    @classmethod
+    def check(cls, o: ExecutorOptions) -> None:
+        """A UsageError where the engine cannot run `o` here, its extra not installed for one."""
+        if cls.extra and importlib.util.find_spec(cls.extra) is None:
+            raise UsageError(f"--executor {cls.name} needs {cls.extra}, which is not installed; "
+                             f"install it with: pip install \"tmem-bench[{cls.name}]\"")
+
+    @classmethod
+    def make(cls, o: ExecutorOptions, run_dir, device: str) -> Executor:
+        return cls(o.cpus_per_cell)
+
+    @classmethod
+    def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
+        import torch
+
+        threads = o.cpus_per_cell or torch.get_num_threads()
+        return Sketch(f"one after another in this process, {threads} thread(s)", threads, 1)
 
     def describe(self) -> str:
         threads = f", {self.threads} thread(s)" if self.threads else ""

@@ -11,7 +11,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
-from .base import TICK_S, Executor, Step, available_cores, failure
+from .base import TICK_S, Executor, ExecutorOptions, Sketch, Step, available_cores, engine, failure
 
 _started = None  # in a worker of a local pool: where it says which cell it starts
 
@@ -45,15 +45,46 @@ def _death(exitcode: int) -> str:
     return f"exit code {exitcode}"
 
 
+def _size(workers: int | None, cpus: int | None, gpus: int) -> tuple[int, int]:
+    """(workers, torch threads each): by default a worker per GPU, else per core."""
+    workers = workers or gpus or available_cores()
+    # Unless told, every worker would start a thread per core of the machine, oversubscribing it.
+    return workers, cpus or max(1, available_cores() // workers)
+
+
+def _gpus(device: str) -> int:
+    import torch
+
+    return torch.cuda.device_count() if device in ("auto", "cuda") else 0
+
+
+@engine
 class LocalPool(Executor):
     """A pool of spawned processes on this machine; with GPUs, each worker pinned to one of them."""
     name = "local"
+    flags = ("--workers",)
 
     def __init__(self, workers: int | None, cpus: int | None, gpus: int):
         self.gpus = gpus
-        self.workers = self.slots = workers or gpus or available_cores()
-        # Unless told, every worker would start a thread per core of the machine, oversubscribing it.
-        self.threads = cpus or max(1, available_cores() // self.workers)
+        self.workers, self.threads = _size(workers, cpus, gpus)
+        self.slots = self.workers
+
+    @classmethod
+    def make(cls, o: ExecutorOptions, run_dir, device: str) -> LocalPool:
+        return cls(o.workers, o.cpus_per_cell, _gpus(device))
+
+    @classmethod
+    def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
+        gpus = _gpus(device)
+        workers, threads = _size(o.workers, o.cpus_per_cell, gpus)
+        note = None
+        if gpus == 0 and workers * threads > available_cores():
+            note = (f"note: {workers} workers x {threads} threads exceed the {available_cores()} cores here; "
+                    f"they will run slower than measured")
+        elif workers > 1:
+            note = ("note: measured one cell at a time; workers running together share memory bandwidth "
+                    "and may each run slower")
+        return Sketch(f"on a local pool of {workers} worker(s), {threads} thread(s) each", threads, workers, note)
 
     def describe(self) -> str:
         pinned = f", one GPU each of {self.gpus}" if self.gpus else ""

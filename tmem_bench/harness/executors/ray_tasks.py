@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 
 from ...errors import UsageError
-from .base import TICK_S, Executor, failure, first_line
+from .base import TICK_S, Executor, ExecutorOptions, Sketch, engine, failure, first_line, on_a_cluster
 from .reaper import descendants, reap_when_gone
 
 
+@engine
 class RayTasks(Executor):
     """One Ray task per cell, on the cluster at `address` or on a local Ray started here."""
     name = "ray"
     slots = None
+    flags = ("--address", "--gpus-per-cell")
+    extra = "ray"
 
     def __init__(self, address: str | None, cpus: int | None, gpus: float | None):
         import ray
@@ -30,6 +33,14 @@ class RayTasks(Executor):
         self.cpus, self.gpus = cpus or 1, gpus or 0
         # Ray gives each task one thread by default (OMP_NUM_THREADS=1): the cell sets its own.
         self.threads = self.cpus
+
+    @classmethod
+    def make(cls, o: ExecutorOptions, run_dir, device: str) -> RayTasks:
+        return cls(o.address, o.cpus_per_cell, o.gpus_per_cell)
+
+    @classmethod
+    def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
+        return on_a_cluster(cls.name, o)
 
     def describe(self) -> str:
         where = "Ray at " + self.address if self.address else "a local Ray"

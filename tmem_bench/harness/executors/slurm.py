@@ -1,5 +1,5 @@
-"""Slurm job arrays through submitit, and the jobs record (`tmem-bench jobs`) a restarted driver and
-`--cancel` read."""
+"""Slurm job arrays through submitit, with their own options, and the jobs record (`tmem-bench jobs`)
+a restarted driver and `--cancel` read."""
 from __future__ import annotations
 
 import os
@@ -7,43 +7,106 @@ import shutil
 import signal
 import socket
 import time
+from dataclasses import dataclass, field
 
 from ...errors import UsageError
 from ..rundir import RunDir
-from .base import CLUSTERS, EXECUTORS, TICK_S, Executor, ExecutorOptions, failure, first_line, minutes
+from .base import (ENGINES, TICK_S, Executor, ExecutorOptions, Sketch, engine, failure, first_line,
+                   on_a_cluster)
 
 LIVE_SLURM_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED")
+CLUSTERS = ("slurm", "local")
 
 
+def minutes(text: str) -> int:
+    """A Slurm time limit (MINUTES, H:MM:SS or D-HH:MM:SS) in whole minutes, at least one."""
+    days, _, clock = str(text).rpartition("-")
+    parts = clock.split(":")
+    try:
+        if not days and len(parts) == 1:
+            total = float(parts[0])
+        elif len(parts) == 3:
+            h, m, s = (int(p) for p in parts)
+            total = (int(days or 0) * 24 + h) * 60 + m + s / 60
+        else:
+            raise ValueError
+    except ValueError:
+        total = -1
+    if total < 1:
+        raise UsageError(f"--slurm-time {text!r} must be MINUTES, H:MM:SS or D-HH:MM:SS, at least one minute")
+    return max(1, round(total))
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The --slurm-* flags, checked as they are made: the command line makes them whichever engine
+    runs, so a bad --slurm-time is refused under any."""
+    partition: str | None = None
+    time: str = "240"  # minutes, H:MM:SS or D-HH:MM:SS
+    options: dict = field(default_factory=dict)  # extra sbatch options, KEY -> VALUE
+    cluster: str = "slurm"  # "local" runs the jobs as processes here, through submitit
+
+    def __post_init__(self):
+        if self.cluster not in CLUSTERS:
+            raise UsageError(f"--slurm-cluster {self.cluster!r} is unknown; allowed: {', '.join(CLUSTERS)}")
+        minutes(self.time)
+
+    def given(self) -> list[str]:
+        """The flags given that no other engine takes (a time and a cluster always have a value)."""
+        return ["--slurm-partition"] * (self.partition is not None) + ["--slurm-option"] * bool(self.options)
+
+
+@engine
 class SubmititJobs(Executor):
     """A job array through submitit: on Slurm, or as processes here with cluster 'local'."""
     name = "slurm"
     slots = None
+    flags = ("--workers", "--gpus-per-cell", "--slurm-partition", "--slurm-option")
+    Options = SlurmOptions
+    extra = "submitit"
 
     def __init__(self, run_dir: RunDir, o: ExecutorOptions):
         import submitit
 
-        self.submitit, self.cluster = submitit, o.slurm_cluster
+        slurm: SlurmOptions = o.own
+        self.submitit, self.cluster = submitit, slurm.cluster
         # Inside the run directory: Slurm's nodes must see the pickled jobs and write their logs to a
         # filesystem the driver shares, which the run directory has to be anyway.
         self.run_dir = RunDir(run_dir)
         self.folder = self.run_dir.slurm_folder
-        self.executor = submitit.AutoExecutor(folder=self.folder, cluster=o.slurm_cluster)
+        self.executor = submitit.AutoExecutor(folder=self.folder, cluster=slurm.cluster)
         self.cpus, self.gpus = o.cpus_per_cell or 1, int(o.gpus_per_cell or 0)
         self.threads = self.cpus
         # Always a time limit and a GPU count: submitit's default limits are a few minutes, and its
         # local executor hides every GPU unless told how many a job gets.
-        parameters = {"name": "tmem-bench", "timeout_min": minutes(o.slurm_time), "nodes": 1,
+        parameters = {"name": "tmem-bench", "timeout_min": minutes(slurm.time), "nodes": 1,
                       "tasks_per_node": 1, "cpus_per_task": self.cpus, "gpus_per_node": self.gpus}
-        if o.slurm_cluster == "slurm":
-            parameters.update(slurm_additional_parameters=dict(o.slurm_options))
-            if o.slurm_partition:
-                parameters["slurm_partition"] = o.slurm_partition
+        if slurm.cluster == "slurm":
+            parameters.update(slurm_additional_parameters=dict(slurm.options))
+            if slurm.partition:
+                parameters["slurm_partition"] = slurm.partition
             if o.workers:
                 parameters["slurm_array_parallelism"] = o.workers
         self.executor.update_parameters(**parameters)
         self.submitted: list[dict] = []
         self.earlier = self._live_earlier_jobs()
+
+    @classmethod
+    def check(cls, o: ExecutorOptions) -> None:
+        if o.gpus_per_cell is not None and not float(o.gpus_per_cell).is_integer():
+            raise UsageError(f"--gpus-per-cell must be a whole number with --executor slurm, got {o.gpus_per_cell}")
+        super().check(o)
+        if o.own.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise UsageError("--executor slurm: sbatch is not on PATH here; run the driver on a Slurm login node, "
+                             "or add --slurm-cluster local to try the jobs on this machine")
+
+    @classmethod
+    def make(cls, o: ExecutorOptions, run_dir, device: str) -> SubmititJobs:
+        return cls(run_dir, o)
+
+    @classmethod
+    def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
+        return on_a_cluster(cls.name, o)
 
     def describe(self) -> str:
         where = "Slurm" if self.cluster == "slurm" else "this machine through submitit"
@@ -108,8 +171,8 @@ def read_jobs_record(run_dir: RunDir) -> dict:
 def _record_problem(record) -> str | None:
     if not isinstance(record, dict):
         return f"a JSON object is expected, not {type(record).__name__}"
-    if record.get("executor") not in EXECUTORS:
-        return f"executor {record.get('executor')!r} is not one of {', '.join(EXECUTORS)}"
+    if record.get("executor") not in ENGINES:
+        return f"executor {record.get('executor')!r} is not one of {', '.join(ENGINES)}"
     driver = record.get("driver")
     if not (isinstance(driver, dict) and isinstance(driver.get("pid"), int) and isinstance(driver.get("host"), str)):
         return "it names no driver (a 'driver' object with its pid and host)"
