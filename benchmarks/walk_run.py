@@ -12,6 +12,7 @@ then the path itself. Works on any revision of the package (it only calls `tmem_
 """
 from __future__ import annotations
 
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -28,8 +29,12 @@ ROOTS = {Path(tmem_bench.__file__).resolve().parent: Path(),
          Path(tmem_bench.baselines.__file__).resolve().parent: Path("baselines")}
 
 
-def _in_package(path: Path) -> Path | None:
-    """`path` as named inside the package, or None for a file outside it."""
+@functools.cache  # asked at every call the profiler sees
+def _in_package(filename: str) -> Path | None:
+    """A source file as named inside the package, or None for a file outside it."""
+    path = Path(filename)
+    if path.suffix != ".py":
+        return None
     for root, name in ROOTS.items():
         if root in path.parents:
             return name / path.relative_to(root)
@@ -82,8 +87,7 @@ def walk() -> list[str]:
         caller = frame.f_back
         if caller is not None and caller.f_code.co_name == "cmd_run":
             follow(list(caller.f_locals.values()))  # what cmd_run made of its arguments so far
-        path = Path(code.co_filename)
-        rel = _in_package(path) if path.suffix == ".py" and tracked else None
+        rel = _in_package(code.co_filename) if tracked else None
         if rel is None or code.co_name.startswith("<"):
             return
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
