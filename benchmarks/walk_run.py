@@ -2,24 +2,43 @@
 
 Runs one tiny cell (`run coordinate_binding --models base --seeds 1 --steps 2`, serial, no
 report) under a profiler hook and records, in order, the first call of each function that receives
-the run's arguments or what was made from them (`walk`), in the package less the models and tasks
-a cell trains (tensor_memory/, tasks/, baselines/). Consecutive calls in one file are one stay; a
-climb back is a stay in a file the walk had already left. Prints the stays, the files and the climbs back, then
-the path itself. Works on any revision of the package (it only calls `tmem_bench.cli.main`).
+the run's arguments or what was made from them (`walk`), anywhere in the package: the tasks and
+models a cell trains (tasks/, baselines/, tensor_memory/) count as any other file, since a reader
+following the arguments goes through them too. Consecutive calls in one file are one stay; a climb
+back is a stay in a file the walk had already left. Prints the stays, the files and the climbs back,
+then the path itself. Works on any revision of the package (it only calls `tmem_bench.cli.main`).
 
     python benchmarks/walk_run.py
 """
 from __future__ import annotations
 
+import functools
 import sys
 import tempfile
 from pathlib import Path
 
 import tmem_bench
+import tmem_bench.baselines
+import tmem_bench.tasks
 from tmem_bench.cli import main
 
-PACKAGE = Path(tmem_bench.__file__).resolve().parent
-LEFT_OUT = ("tensor_memory", "tasks", "baselines")
+# Where the package's files lie, each named as its path inside the installed package: tasks/ and
+# baselines/ sit beside tmem_bench/ in a clone (pyproject's package-dir) and inside it once installed.
+ROOTS = {Path(tmem_bench.__file__).resolve().parent: Path(),
+         Path(tmem_bench.tasks.__file__).resolve().parent: Path("tasks"),
+         Path(tmem_bench.baselines.__file__).resolve().parent: Path("baselines")}
+
+
+@functools.cache  # asked at every call the profiler sees
+def _in_package(filename: str) -> Path | None:
+    """A source file as named inside the package, or None for a file outside it."""
+    path = Path(filename)
+    if path.suffix != ".py":
+        return None
+    for root, name in ROOTS.items():
+        if root in path.parents:
+            return name / path.relative_to(root)
+    return None
 
 
 def _held(value, depth: int = 0):
@@ -68,11 +87,8 @@ def walk() -> list[str]:
         caller = frame.f_back
         if caller is not None and caller.f_code.co_name == "cmd_run":
             follow(list(caller.f_locals.values()))  # what cmd_run made of its arguments so far
-        path = Path(code.co_filename)
-        if path.suffix != ".py" or PACKAGE not in path.parents or not tracked:
-            return
-        rel = path.relative_to(PACKAGE)
-        if rel.parts[0] in LEFT_OUT or code.co_name.startswith("<"):
+        rel = _in_package(code.co_filename) if tracked else None
+        if rel is None or code.co_name.startswith("<"):
             return
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
         if not any(id(frame.f_locals.get(n)) in tracked for n in names if n not in ("self", "cls")):

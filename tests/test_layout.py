@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where each part of the installed package lives in the repository (pyproject's package-dir).
 PACKAGE_DIRS = {"tmem_bench": ROOT / "tmem_bench", "tmem_bench.tasks": ROOT / "tasks",
                 "tmem_bench.baselines": ROOT / "baselines"}
-MAX_LINES = 500
+MAX_LINES = 450
 
 
 def modules() -> dict[str, Path]:
@@ -108,7 +108,8 @@ def in_package(graph: dict[str, set[str]], package: str) -> list[str]:
 
 
 # The layers, lowest first: a module imports from its own layer or a lower one, never a higher.
-# The package's __init__ (its public face: `load_entry`, `load_results`) stands outside them.
+# The package's __init__ (its public face: `load_entry`, `load_results`) is the top layer, alone: what
+# it holds is for users, and a module that read it (`from .. import x`) would reach up through it.
 LAYERS = (
     ("plumbing", ("tmem_bench.version", "tmem_bench.errors", "tmem_bench.files", "tmem_bench.levels",
                   "tmem_bench.schema", "tmem_bench.registry")),
@@ -119,12 +120,14 @@ LAYERS = (
     ("report", ("tmem_bench.report",)),
     ("leaderboard", ("tmem_bench.leaderboard",)),
     ("cli", ("tmem_bench.cli", "tmem_bench.__main__")),  # __main__: `python -m tmem_bench`
+    ("the package's face", ("tmem_bench",)),
 )
 
 
 def layer(name: str) -> int | None:
     for i, (_, prefixes) in enumerate(LAYERS):
-        if any(name == p or name.startswith(p + ".") for p in prefixes):
+        # The root names only itself: every other module is in some package below it.
+        if any(name == p or (p != "tmem_bench" and name.startswith(p + ".")) for p in prefixes):
             return i
     return None
 
@@ -136,7 +139,7 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_every_module_has_a_layer():
-    assert [m for m in import_graph() if layer(m) is None] == ["tmem_bench"]
+    assert [m for m in import_graph() if layer(m) is None] == []
 
 
 def test_no_module_imports_from_a_higher_layer():
@@ -146,6 +149,9 @@ def test_no_module_imports_from_a_higher_layer():
 def test_the_layer_check_can_fail():
     planted = {"tmem_bench.contracts.task": {"tmem_bench.harness.plan"}, "tmem_bench.harness.plan": set()}
     assert upward_imports(planted) == ["tmem_bench.contracts.task (contracts) imports tmem_bench.harness.plan (harness)"]
+    planted = {"tmem_bench.leaderboard.validate": {"tmem_bench"}, "tmem_bench": set()}
+    assert upward_imports(planted) == ["tmem_bench.leaderboard.validate (leaderboard) imports tmem_bench "
+                                       "(the package's face)"]
 
 
 def private_imports(name: str, path: Path) -> list[str]:

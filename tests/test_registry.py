@@ -78,3 +78,20 @@ def test_a_broken_entry_point_is_one_line_in_run_and_check(plugins, args, needle
 def test_check_still_reports_a_raising_constructor_as_a_failed_check(plugins, capsys):
     assert main(["check", "--task", "raising_task"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_a_task_made_under_trust_is_refused_where_module_names_are_not(tmp_path, monkeypatch):
+    """Tasks are made once per process; a `module:attribute` task made where such names are trusted
+    must not be handed, from that memo, to a caller that does not trust them (a leaderboard entry)."""
+    from tmem_bench.errors import UsageError
+    from tmem_bench.registry import get_task, module_names
+
+    (tmp_path / "trusted_task.py").write_text("from tmem_bench.tasks.no_harm import NoHarm as Task\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with module_names(True):
+        task = get_task("trusted_task:Task", vocab=8)
+        assert get_task("trusted_task:Task", vocab=8) is task  # made once
+        assert get_task("trusted_task:Task", vocab=4) is not task
+    with pytest.raises(UsageError, match="module:attribute names are not imported here"):
+        get_task("trusted_task:Task", vocab=8)
+    sys.modules.pop("trusted_task", None)

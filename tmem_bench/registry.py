@@ -160,14 +160,23 @@ TASKS = Registry("task", BUILTIN_TASKS, entry_point_group="tmem_bench.tasks", op
 BACKBONES = Registry("model", BUILTIN_MODELS, entry_point_group="tmem_bench.models")
 
 
+_MADE: dict[tuple, tuple] = {}  # (name, options) -> (factory, task)
+
+
 def get_task(name: str, **options):
+    """Task `name` made with `options`, once per process: a task keeps nothing that training changes,
+    so every cell with the same options shares it. The name is looked up again on every call, so a
+    `module:attribute` task made where such names were trusted is still refused where they are not."""
     factory = TASKS.get(name)
-    try:
-        return factory(**options)
-    except (TypeError, UsageError):  # an option the task refuses: its caller names the option
-        raise
-    except Exception as e:  # the task's own code failed; `--debug` shows where
-        raise UsageError(f"task {name!r}: its constructor raised {type(e).__name__}: {e}") from e
+    key = (name, repr(sorted(options.items())))
+    if key not in _MADE or _MADE[key][0] is not factory:
+        try:
+            _MADE[key] = factory, factory(**options)
+        except (TypeError, UsageError):  # an option the task refuses: its caller names the option
+            raise
+        except Exception as e:  # the task's own code failed; `--debug` shows where
+            raise UsageError(f"task {name!r}: its constructor raised {type(e).__name__}: {e}") from e
+    return _MADE[key][1]
 
 
 def get_backbone(name: str, d_model: int, n_layers: int, n_heads: int, **options):

@@ -4,7 +4,8 @@ A task samples batches (dicts of tensors with a "target" of shape (B, n_scored))
 from an explicit torch.Generator, owns a fixed evaluation set per level made from
 a reserved seed that training never uses, knows its chance level and ceiling, and
 builds the adapter that turns its batches into tokens and scored positions into
-logits. Backbones never see which task they serve.
+logits. Backbones never see which task they serve. One task object serves every cell of its
+options in a process (registry.get_task), so it keeps nothing that a cell changes.
 """
 from __future__ import annotations
 

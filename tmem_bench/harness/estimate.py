@@ -30,7 +30,6 @@ from typing import Protocol
 import torch
 
 from ..contracts.task import level_key
-from ..registry import get_task
 from .plan import Cell
 from .rundir import RunDir
 
@@ -134,7 +133,7 @@ class MeasuredCost:
     def seq_len(self, cell: Cell, level: dict) -> int:
         key = (cell.task, _options_key(cell.task_options), level_key(level), cell.model_options["d_model"])
         if key not in self.lengths:
-            task = get_task(cell.task, **cell.task_options)
+            task = cell.task_object()
             one = task.sample(level, 1, torch.Generator().manual_seed(0))
             self.lengths[key] = task.make_adapter(cell.model_options["d_model"])(one).shape[1]
         return self.lengths[key]
@@ -221,7 +220,7 @@ class MeasuredCost:
     def _generate(self, cell: Cell, level: dict) -> None:
         key = (cell.task, _options_key(cell.task_options), level_key(level))
         if key not in self.generate:
-            task = get_task(cell.task, **cell.task_options)
+            task = cell.task_object()
             n = min(cell.train["eval_size"], GENERATE_SAMPLE)
             start = time.perf_counter()
             batch = task.sample(level, n, torch.Generator().manual_seed(0))
@@ -233,7 +232,7 @@ class MeasuredCost:
         from .train import loss_and_accuracy
 
         cell = self.train_at[key][length]
-        task = get_task(cell.task, **cell.task_options)
+        task = cell.task_object()
         model = self._built(key, cell)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cell.train["lr"], weight_decay=cell.train["weight_decay"])
         generator = torch.Generator().manual_seed(cell.seed)
@@ -258,7 +257,7 @@ class MeasuredCost:
         from ..contracts.device import to_device
 
         cell, level = self.eval_at[key][length]
-        task = get_task(cell.task, **cell.task_options)
+        task = cell.task_object()
         model = self._built(key, cell).eval()
         sizes = self._sizes(min(cell.train["eval_size"], EVAL_CHUNK))
         batches = {n: to_device(task.sample(level, n, torch.Generator().manual_seed(0)), self.device) for n in sizes}

@@ -51,6 +51,10 @@ class Cell:
         variant = "" if self.variant == "standard" else f" [{self.variant}]"
         return f"{self.task}{variant} {self.label} @ {level_key(self.train_level)} seed {self.seed}"
 
+    def task_object(self):
+        """The cell's task, made with its options (made once per process: registry.get_task)."""
+        return get_task(self.task, **self.task_options)
+
 
 @dataclass(frozen=True)
 class LRSearch:
@@ -171,9 +175,10 @@ def _model_entries(entries: list) -> list[tuple[str, str, dict, dict]]:
     return out
 
 
-def _variant_name(task_name: str, options: dict) -> str:
-    defaults = get_task(task_name).options()
-    changed = {k: v for k, v in options.items() if defaults.get(k) != v}
+def _variant_name(standard, task) -> str:
+    """The options `task` changes from the `standard` one's, or "standard"."""
+    defaults = standard.options()
+    changed = {k: v for k, v in task.options().items() if defaults.get(k) != v}
     return ",".join(f"{k}={v}" for k, v in sorted(changed.items())) or "standard"
 
 
@@ -183,22 +188,21 @@ VARIANT_KEYS = ("levels", "train_at", "train", "models", "at", "variant")
 DEFAULT_SECTION = {"models": ["base", "tensor"], "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "dropout": 0.1}}
 
 
-def task_section(task_name: str, profile: dict) -> dict:
+def task_section(task_name: str, standard, profile: dict) -> dict:
     """The profile's section of a task, or one made from the task's own levels and variants."""
     section = profile.get("tasks", {}).get(task_name)
     if section is not None:
         return section
-    task = get_task(task_name)  # an unknown task fails here with the list of known ones
-    return {**DEFAULT_SECTION, "levels": {axis: list(values) for axis, values in task.levels.items()},
-            "variants": [dict(options) for options in task.variants.values()]}
+    return {**DEFAULT_SECTION, "levels": {axis: list(values) for axis, values in standard.levels.items()},
+            "variants": [dict(options) for options in standard.variants.values()]}
 
 
-def variant_options(task_name: str, variant: dict) -> dict:
+def variant_options(task_name: str, standard, variant: dict) -> dict:
     """A profile variant's task options: those of the task's variant it names, then its own."""
     options = {k: v for k, v in variant.items() if k not in VARIANT_KEYS}
     if "variant" not in variant:
         return options
-    named = get_task(task_name).variants
+    named = standard.variants
     if variant["variant"] not in named:
         raise UsageError(f"task {task_name!r} has no variant {variant['variant']!r}; it has: {', '.join(named)}")
     return {**named[variant["variant"]], **options}
@@ -216,7 +220,8 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
     tables, each naming values of some axes and training settings (steps, seeds, ...)
     for the training levels that have those values. A list of learning rates (`lr`)
     is a grid searched on validation data per model and training level."""
-    section = task_section(task_name, profile)
+    standard = get_task(task_name)  # an unknown task fails here with the list of known ones
+    section = task_section(task_name, standard, profile)
     size = dict(section.get("model", {}))
     for key in MODEL_SIZE_KEYS:
         size[key] = check_int(key, size.get(key))
@@ -229,7 +234,7 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
 
     cells, searches = [], []
     for variant, models in zip(variants, model_lists):
-        task_options = variant_options(task_name, variant)
+        task_options = variant_options(task_name, standard, variant)
         try:
             task = get_task(task_name, **task_options)
         except TypeError as e:
@@ -241,7 +246,7 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
         }
         eval_levels, train_levels = _levels(task, merged["levels"], merged["train_at"], overrides)
         at = _at_entries(task, variant.get("at", section.get("at", [])), train_levels)
-        name = _variant_name(task_name, task.options())
+        name = _variant_name(standard, task)
         for (model, label, options, model_train), level in itertools.product(models, train_levels):
             settings = {**merged["train"]}
             for entry in at:
@@ -428,7 +433,7 @@ def profile_state_lengths() -> tuple[int, ...]:
         profile = load_profile(name)
         for task_name in profile["tasks"]:
             for cell in plan_task(task_name, profile, Overrides()):
-                task = get_task(task_name, **cell.task_options)
+                task = cell.task_object()
                 adapter = task.make_adapter(8)
                 for level in (cell.train_level, *cell.eval_levels):
                     key = (task_name, json.dumps(cell.task_options, sort_keys=True), json.dumps(level, sort_keys=True))

@@ -10,7 +10,7 @@ import torch
 
 from ..contracts.task import level_key
 from ..errors import UsageError
-from ..registry import BACKBONES, get_task
+from ..registry import BACKBONES
 
 _CHECKED: set[tuple] = set()
 
@@ -69,7 +69,7 @@ def check_sizes(cells: list, device: str = "auto") -> None:
         if key in seen:
             continue
         seen.add(key)
-        task = get_task(cell.task, **cell.task_options)
+        task = cell.task_object()
         d, layers = cell.model_options["d_model"], cell.model_options["n_layers"]
         heads = cell.model_options["n_heads"]
         for level in (cell.train_level, *cell.eval_levels):

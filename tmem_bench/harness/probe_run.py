@@ -39,7 +39,7 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibr
 
     start = time.perf_counter()
     cell = cell_from_dict(result["cell"])
-    task = get_task(cell.task, **cell.task_options)
+    task = cell.task_object()
     level = task.validate_level(cell.train_level)
     own = next((e["accuracy"] for e in result["eval"] if e["level_key"] == level_key(level)), None)
     row = {"label": cell.label, "seed": cell.seed, **level, "accuracy": own, "probe_accuracy": None,

@@ -15,7 +15,7 @@ from ..contracts.task import Batch, level_key, split_batch
 from ..diagnostics.causality import causality_probe
 from ..diagnostics.convergence import convergence, early_stop_rule, should_stop
 from ..diagnostics.reach import reach_probe
-from ..registry import get_backbone, get_task
+from ..registry import get_backbone
 from ..version import __version__
 from .closed_loop import closed_loop_score
 from .plan import Cell
@@ -27,7 +27,7 @@ MIX_SEED = 1 << 20
 
 def build_model(cell: Cell) -> TaskModel:
     torch.manual_seed(cell.seed)
-    task = get_task(cell.task, **cell.task_options)
+    task = cell.task_object()
     backbone = get_backbone(cell.model, **cell.model_options)
     return TaskModel(task.make_adapter(cell.model_options["d_model"]), backbone)
 
@@ -110,7 +110,7 @@ def train_cell(
     """Train one cell from scratch: its JSON-ready result and the trained model."""
     device = resolve_device(device) if isinstance(device, str) else device
     start = time.perf_counter()
-    task = get_task(cell.task, **cell.task_options)
+    task = cell.task_object()
     model = build_model(cell).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     n_backbone_params = sum(p.numel() for p in model.backbone.parameters())

@@ -27,8 +27,8 @@ def variant_line(task: str, variant: str, options: dict) -> str:
     if variant == "standard":
         return "Variant standard: the task's default options."
     try:
-        cls = type(get_task(task))
-        defaults = get_task(task).options()
+        standard = get_task(task)
+        cls, defaults = type(standard), standard.options()
         forcing = cls.forces_memory(options)
         named = [(name, opts) for name, opts in cls.variants.items()
                  if opts and all(options.get(k) == v for k, v in opts.items())]

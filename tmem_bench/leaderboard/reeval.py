@@ -33,7 +33,6 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     from ..harness.plan import cell_from_dict
     from ..harness.results import load_weights
     from ..harness.train import evaluate
-    from ..registry import get_task
 
     where = f"cells/{weights.name}"
     if weights.is_symlink():
@@ -55,7 +54,7 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     except ValueError as e:
         reject("weights", str(e))
         return None
-    task = get_task(cell.task, **cell.task_options)
+    task = cell.task_object()
     device = torch.device("cpu")
     recomputed = {"eval": [], "validation": None}
     for ev in result["eval"]:

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__
 from ..diagnostics.causality import causality_probe
 from ..errors import UsageError
 from ..harness.plan import cell_from_dict
 from ..harness.results import read_cell
 from ..levels import level_key
 from ..registry import get_task, module_names
+from ..version import __version__
 from .cache import Recheck, ValidationCache, cell_count
 from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
 from .guard import MAX_JSON_BYTES, entry_dirs, not_readable  # noqa: F401 - validate's names before guard.py
@@ -140,7 +140,7 @@ def _probe_again(results: list[dict], reject) -> None:
             continue
         done.add((cell.task, cell.variant))
         model = build_model(cell)
-        task = get_task(cell.task, **cell.task_options)
+        task = cell.task_object()
         batch = task.sample(cell.train_level, 1, torch.Generator().manual_seed(cell.seed))
         seq_len = model.adapter(batch).shape[1]
         probe = causality_probe(model.backbone, cell.model_options["d_model"], seq_len,
