@@ -206,3 +206,22 @@ def test_fetch_reads_an_entrys_file_url_only_when_told(board, capsys):
     assert entry["weights"][cell_id]["sha256"][:12] not in out + err  # nothing of the file is told
     code, out, err = cli(["leaderboard", "fetch", board, "--allow-file-urls"], capsys)
     assert code == 0 and "tiny-base: 1 fetched, 0 in the cache" in out, out + err
+
+
+def test_validate_builds_nothing_for_the_causality_probe_from_a_model_it_refused(board, monkeypatch):
+    """The probe rebuilt each model before re-evaluation had bounded its size by its weights file: an
+    entry whose options name d_model 2**20 had the probe allocate it. Now a refusal comes first."""
+    import importlib
+
+    from tmem_bench.leaderboard import reeval
+    validate_module = importlib.import_module("tmem_bench.leaderboard.validate")
+
+    def refuse(cell, weights):
+        raise ValueError("the cell's options make a model of 17,592,186,044,416 bytes of parameters")
+
+    probed = []
+    monkeypatch.setattr(reeval, "build_within", refuse)
+    monkeypatch.setattr(validate_module, "_probe_again", lambda *a: probed.append(a))
+    found = validate(board).rejections
+    assert any("bytes of parameters" in line for line in found), found
+    assert not probed

@@ -256,8 +256,11 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets, allow_modul
     if entry["ranked"] and len(entry["seeds"]) < RANKED_MIN_SEEDS:
         reject("ranked", f"a ranked entry needs at least {RANKED_MIN_SEEDS} seeds, it has {len(entry['seeds'])}")
     if not lines:
-        _probe_again(list(results.values()), reject)
+        # Re-evaluation first: it builds each model only where its weights file bounds its size, so a
+        # cell naming an impossible size is refused before the probe builds anything from it.
         (recheck or Recheck(0)).run(entry_dir, entry, results, reject, reevaluate)
+    if not lines:
+        _probe_again(list(results.values()), reject)
     return (None if lines else entry), lines
 
 

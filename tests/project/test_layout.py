@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Where each part of the installed package lives in the repository (pyproject's package-dir).
 PACKAGE_DIRS = {"tmem_bench": ROOT / "tmem_bench", "tmem_bench.tasks": ROOT / "tasks",
                 "tmem_bench.baselines": ROOT / "baselines"}
