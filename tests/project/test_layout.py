@@ -205,3 +205,17 @@ def test_a_runs_arguments_climb_back_at_most_six_times():
     found = re.search(r"(\d+) stays in (\d+) files, (\d+) climbs back\n(.*)", proc.stdout)
     assert found, proc.stdout[-2000:]
     assert int(found[3]) <= 6, found[0]
+
+
+def test_the_tests_mirror_the_package():
+    """Each test folder is named for a folder of the package (tests/harness/executors for
+    tmem_bench/harness/executors, tests/tasks for tasks/), or is tests/project, for the checkout."""
+    package_folders = {p.relative_to(root).as_posix() for root in (ROOT / "tmem_bench",) for p in root.rglob("*")
+                       if p.is_dir() and (p / "__init__.py").exists()}
+    package_folders |= {"tasks", "baselines", "project"}
+    tests = ROOT / "tests"
+    folders = {p.relative_to(tests).as_posix() for p in tests.rglob("*")
+               if p.is_dir() and any(p.glob("test_*.py"))}
+    assert folders <= package_folders, sorted(folders - package_folders)
+    flat = {p.stem.removeprefix("test_") for p in tests.glob("test_*.py")}
+    assert flat <= {p.stem for p in (ROOT / "tmem_bench").glob("*.py")}, sorted(flat)
