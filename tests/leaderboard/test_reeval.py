@@ -182,3 +182,24 @@ def test_an_entry_naming_a_module_runs_nothing_in_the_test_run(tmp_path, field, 
     with pytest.raises(UsageError, match="module:attribute names are not imported here"):
         recheck_cheapest_cell(tmp_path / "entries")
     assert not marker.exists()
+
+
+def test_a_return_earned_in_an_environment_is_earned_again_from_the_weights(tmp_path):
+    pytest.importorskip("popgym")
+    cell = make_plan("popgym_repeat_first", "external", Overrides(models=["lstm"], steps=2, selection_only=True))[0]
+    run_plan([cell], tmp_path, device="cpu")
+    honest = read_cell(tmp_path / "cells" / f"{cell.id}.json")
+    weights = tmp_path / "cells" / f"{cell.id}.safetensors"
+    assert honest["eval"][0]["closed_loop"]["n_episodes"] == 32
+    assert rejections(honest, weights) == []
+
+    forged = json.loads(json.dumps(honest))
+    claimed = forged["eval"][0]["closed_loop"]
+    claimed["mean_return"] = claimed["mean_return"] + 0.5 if claimed["mean_return"] < 0.5 else -1.0
+    found = rejections(forged, weights)
+    assert len(found) == 1 and ".closed_loop.mean_return: claims" in found[0], found
+
+    other = json.loads(json.dumps(honest))
+    other["eval"][0]["closed_loop"]["seeds_fingerprint"] = "0" * 64
+    found = rejections(other, weights)
+    assert len(found) == 1 and "not the task's fixed closed-loop episodes" in found[0], found

@@ -4,7 +4,7 @@
     entry = tmem_bench.load_entry("leaderboard/entries/tmem-bench-suite-tensor")
     print(entry.table()[["cell_id", "task", "level", "accuracy"]])  # its cells and their stored numbers
     model = entry.model("25adba95c4e7f774")  # a TaskModel built from the cell's settings, with its weights
-    print(entry.reevaluate("25adba95c4e7f774"))  # stored and recomputed accuracy and loss per level
+    print(entry.reevaluate("25adba95c4e7f774"))  # stored and recomputed accuracy and loss per level (and return)
 
 The entry is read as it is, not validated (`tmem-bench leaderboard validate` judges it); weights an
 entry references are read from the local cache (`tmem-bench leaderboard fetch`), and every weights
@@ -96,6 +96,10 @@ class LoadedEntry:
                 for metric in ("accuracy", "loss"):
                     rows.append({"cell_id": cid, "level": ev["level_key"], "metric": metric,
                                  "stored": stored[ev["level_key"]].get(metric), "recomputed": ev[metric]})
+                if "mean_return" in ev:  # the model acting in the task's environment (harness.closed_loop)
+                    rows.append({"cell_id": cid, "level": ev["level_key"], "metric": "return",
+                                 "stored": stored[ev["level_key"]]["closed_loop"]["mean_return"],
+                                 "recomputed": ev["mean_return"]})
             if recomputed["validation"] is not None:
                 rows.append({"cell_id": cid, "level": "validation", "metric": "accuracy",
                              "stored": result["validation"]["accuracy"],

@@ -16,6 +16,8 @@ from pathlib import Path
 from ..errors import UsageError
 
 ACCURACY_TOLERANCE = 0.005  # absolute: 5 targets in 1,000
+# A return in [-1, 1] moves by twice an accuracy (POPGym's rewards are +-1 over the scored steps).
+RETURN_TOLERANCE = 2 * ACCURACY_TOLERANCE
 LOSS_TOLERANCE = 1e-4  # relative to max(1, loss)
 # A model up to this size is built and its weights' own check says whether they fit ("does not fit");
 # past it, one whose parameters outgrow its weights file is refused before anything is allocated.
@@ -25,8 +27,9 @@ BUILD_FLOOR = 64 << 20
 def reevaluate(result: dict, weights: Path, reject) -> dict | None:
     """Reject (through `reject(where, reason)`) an accuracy or loss that the cell's weights do not
     reproduce, weights that do not fit the cell's model, and a leak on the trained weights; returns
-    what the weights gave ({"eval": [{level_key, accuracy, loss}], "validation": {accuracy} or None}),
-    or None when they could not be evaluated."""
+    what the weights gave ({"eval": [{level_key, accuracy, loss[, mean_return]}], "validation": {accuracy}
+    or None}), or None when they could not be evaluated. Where a cell acted in its task's environment
+    (harness.closed_loop), the model acts again on the same fixed episodes."""
     import torch
 
     from ..diagnostics.causality import causality_probe
@@ -67,6 +70,8 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
                                         f"(tolerance {ACCURACY_TOLERANCE})")
         if "loss" in ev and abs(loss - ev["loss"]) > LOSS_TOLERANCE * max(1.0, abs(loss)):
             reject(f"{field}.loss", f"claims {ev['loss']:.6f}; its weights give {loss:.6f}")
+        if ev.get("closed_loop"):
+            recomputed["eval"][-1]["mean_return"] = _act_again(task, model, ev, device, f"{field}.closed_loop", reject)
     validation = result.get("validation")
     if validation:
         batch, _ = task.validation_set(cell.train_level, cell.train["eval_size"])
@@ -84,6 +89,26 @@ def reevaluate(result: dict, weights: Path, reject) -> dict | None:
             reject(f"cells/{result['cell_id']}.json: causality", f"the probe on the trained weights in {mode} mode "
                                                                  f"finds the model {probe['verdict']!r}")
     return recomputed
+
+
+def _act_again(task, model, ev: dict, device, field: str, reject) -> float | None:
+    """The mean return of the model acting again on the episodes the cell claims, or None where the
+    task (as installed here) has no environment or other episodes."""
+    from ..harness.closed_loop import closed_loop_score
+
+    claimed = ev["closed_loop"]
+    again = closed_loop_score(task, model, ev["level"], device).get("closed_loop")
+    if again is None:
+        reject(field, "claims a return from acting in an environment; its task has none here")
+        return None
+    if again["seeds_fingerprint"] != claimed.get("seeds_fingerprint"):
+        reject(f"{field}.seeds_fingerprint", "the episodes it claims to have acted on are not the task's fixed "
+                                             "closed-loop episodes here")
+        return None
+    if abs(again["mean_return"] - claimed["mean_return"]) > RETURN_TOLERANCE:
+        reject(f"{field}.mean_return", f"claims {claimed['mean_return']:.4f}; its weights acting in the "
+                                       f"environment earn {again['mean_return']:.4f} (tolerance {RETURN_TOLERANCE})")
+    return again["mean_return"]
 
 
 def build_within(cell, weights: Path):
