@@ -4,14 +4,21 @@ Runs one tiny cell (`run coordinate_binding --models base --seeds 1 --steps 2`, 
 report) under a profiler hook and records, in order, the first call of each function that receives
 the run's arguments or what was made from them (`walk`), anywhere in the package: the tasks and
 models a cell trains (tasks/, baselines/, tensor_memory/) count as any other file, since a reader
-following the arguments goes through them too. Consecutive calls in one file are one stay; a climb
-back is a stay in a file the walk had already left. Prints the stays, the files and the climbs back,
-then the path itself. Works on any revision of the package (it only calls `tmem_bench.cli.main`).
+following the arguments goes through them too. Consecutive calls in one file are one stay.
+
+Counted as a reader counts them: each file stands on a floor of the package (a folder of tmem_bench,
+tasks/ and baselines/ count as one room, each other module as its own; a room stands one floor above
+the highest room it imports, read from the source: floor 1 imports nothing of the package), and a climb
+back up is a stay on a higher floor than the stay before it: a call down into a lower layer whose caller
+then carries on above it. A return is a stay in a file the walk had already left. Prints the stays, the
+files, the climbs back up and the returns, then the path with each file's floor. Works on any revision
+of the package (it only calls `tmem_bench.cli.main` and reads the package's imports).
 
     python benchmarks/walk_run.py
 """
 from __future__ import annotations
 
+import ast
 import functools
 import sys
 import tempfile
@@ -39,6 +46,64 @@ def _in_package(filename: str) -> Path | None:
         if root in path.parents:
             return name / path.relative_to(root)
     return None
+
+
+def _sources() -> dict[str, tuple[Path, str]]:
+    """The package's modules by name (tmem_bench.harness.plan), each with its file and its room: the
+    folder it lies in under tmem_bench (harness/, tasks/, ...), or itself (registry.py, __init__.py)."""
+    found = {}
+    for root, name in ROOTS.items():
+        for path in root.rglob("*.py"):
+            rel = name / path.relative_to(root)
+            parts = list(rel.with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found.setdefault(".".join(["tmem_bench", *parts]), (path, _room(str(rel))))
+    return found
+
+
+def _room(file: str) -> str:
+    """The room of a file as _in_package names it (harness/plan.py -> harness/, registry.py)."""
+    parts = Path(file).parts
+    return f"{parts[0]}/" if len(parts) > 1 else parts[0]
+
+
+def _imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of the package that `module` imports, at its top or inside a function."""
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target:
+                out.add(target)
+    return out
+
+
+def floors() -> dict[str, int]:
+    """Each room's floor: one above the highest room it imports (1 for a room that imports none)."""
+    sources = _sources()
+    ties: dict[str, set[str]] = {}
+    for module, (path, room) in sources.items():
+        ties.setdefault(room, set()).update(sources[t][1] for t in _imports(module, path, set(sources)))
+    found: dict[str, int] = {}
+
+    def floor(room: str, path: tuple = ()) -> int:
+        if room not in found:
+            if room in path:
+                raise SystemExit(f"the rooms import each other in a circle: {' -> '.join(path + (room,))}")
+            found[room] = 1 + max((floor(r, path + (room,)) for r in ties[room] - {room}), default=0)
+        return found[room]
+    return {room: floor(room) for room in ties}
 
 
 def _held(value, depth: int = 0):
@@ -117,10 +182,12 @@ def stays(files: list[str]) -> list[str]:
 
 
 def main_() -> None:
-    path = stays(walk())
-    climbs = sum(1 for i, f in enumerate(path) if f in path[:i])
-    print(f"{len(path)} stays in {len(set(path))} files, {climbs} climbs back")
-    print(" -> ".join(path))
+    path, of = stays(walk()), floors()
+    up = [of[_room(f)] for f in path]
+    climbs = sum(1 for i in range(1, len(path)) if up[i] > up[i - 1])
+    returns = sum(1 for i, f in enumerate(path) if f in path[:i])
+    print(f"{len(path)} stays in {len(set(path))} files, {climbs} climbs back up, {returns} returns to a file left")
+    print(" -> ".join(f"{f} ({n})" for f, n in zip(path, up)))
 
 
 if __name__ == "__main__":

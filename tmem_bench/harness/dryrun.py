@@ -6,7 +6,6 @@ import math
 import os
 from pathlib import Path
 
-from ..levels import level_key
 from .estimate import Estimate, MeasuredCost, Meter, Row, estimate, plan_rows
 from .plan import Cell
 
@@ -28,15 +27,16 @@ def _fmt_values(values) -> str:
     return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
-def fmt_levels(levels: list[dict]) -> str:
-    """Training levels compactly: 'n_writes=5,10,20 noise=0.05' when they are a grid, else each key."""
-    if not levels or not levels[0]:
+def fmt_levels(levels: dict[str, dict]) -> str:
+    """Training levels (by their keys) compactly: 'n_writes=5,10,20 noise=0.05' when they are a grid,
+    else each key."""
+    first = next(iter(levels.values()), None)
+    if not first:
         return "-"
-    axes = list(levels[0])
-    values = {a: list(dict.fromkeys(lv[a] for lv in levels)) for a in axes}
+    values = {a: list(dict.fromkeys(lv[a] for lv in levels.values())) for a in first}
     if math.prod(len(v) for v in values.values()) == len(levels):
         return " ".join(f"{a}={_fmt_values(v)}" for a, v in values.items())
-    return "; ".join(level_key(lv) for lv in levels)
+    return "; ".join(levels)
 
 
 def _fmt_seeds(seeds: list[int]) -> str:

@@ -291,7 +291,7 @@ class Row:
     label: str
     kind: str  # "cells", "trials" (a learning-rate selection), "second" (a second selection seed where the
     # best two lrs are close) or "finals" (its other seeds, at the chosen lr)
-    levels: list[dict]
+    levels: dict[str, dict]  # training levels by their keys
     steps: int  # with early stopping, the cap
     early_stop: bool
     batch_size: int
@@ -347,7 +347,7 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
         per_level: dict[tuple, list[Cell]] = {}
         for c in group:
             per_level.setdefault((c.task, c.variant, c.label, level_key(c.train_level)), []).append(c)
-        for (task, variant, label, _), level_cells in per_level.items():
+        for (task, variant, label, lv_key), level_cells in per_level.items():
             first = level_cells[0]
             seeds = sorted({c.seed for c in level_cells})
             lrs = sorted({c.train["lr"] for c in level_cells})
@@ -356,9 +356,9 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
                    tuple(lrs), tuple(seeds))
             row = rows.get(key)
             if row is None:
-                row = rows[key] = Row(task, variant, label, kind, [], first.train["steps"], early_stop,
+                row = rows[key] = Row(task, variant, label, kind, {}, first.train["steps"], early_stop,
                                       first.train["batch_size"], lrs, seeds)
-            row.levels.append(first.train_level)
+            row.levels[lv_key] = first.train_level
             row.cells += level_cells
             row.finished += sum(done[c.id] if c.id in done else _finished(run_dir, c) for c in level_cells)
     order = {"cells": 0, "trials": 1, "second": 2, "finals": 3}

@@ -232,30 +232,30 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
                              for models in model_lists for n, label, o, _ in models}.values():
         check_model(name, {**size, **options})
 
+    variant_task_options = [variant_options(task_name, standard, variant) for variant in variants]
     cells, searches = [], []
-    for variant, models in zip(variants, model_lists):
-        task_options = variant_options(task_name, standard, variant)
-        try:
-            task = get_task(task_name, **task_options)
-        except TypeError as e:
-            raise UsageError(f"task {task_name!r}: {e}") from None
+    for variant, models, task_options in zip(variants, model_lists, variant_task_options):
         merged = {
             "train": {**profile.get("train", {}), **section.get("train", {}), **variant.get("train", {})},
             "levels": {**section.get("levels", {}), **variant.get("levels", {})},
             "train_at": {**section.get("train_at", {}), **variant.get("train_at", {})},
         }
-        eval_levels, train_levels = _levels(task, merged["levels"], merged["train_at"], overrides)
-        at = _at_entries(task, variant.get("at", section.get("at", [])), train_levels)
-        name = _variant_name(standard, task)
-        for (model, label, options, model_train), level in itertools.product(models, train_levels):
+        # What the variant asks for, as written (each model's settings at each training level), then checked.
+        eval_grid, train_grid = _levels(standard, merged["levels"], merged["train_at"], overrides)
+        at = variant.get("at", section.get("at", []))
+        runs = []
+        for entry, (i, level) in itertools.product(models, enumerate(train_grid)):
             settings = {**merged["train"]}
-            for entry in at:
-                if all(level[axis] == value for axis, value in entry.items() if axis in task.axes):
-                    settings.update({k: v for k, v in entry.items() if k not in task.axes})
-            settings = {**settings, **model_train}
-            train, seeds = _train_settings(settings, overrides)
-            if settings.get("mixed_levels") is not None:
-                train["mixed_levels"] = mixed_levels(task, level, settings["mixed_levels"])
+            for table in at:
+                if all(level[axis] == value for axis, value in table.items() if axis in standard.axes):
+                    settings.update({k: v for k, v in table.items() if k not in standard.axes})
+            settings = {**settings, **entry[3]}
+            runs.append((entry, i, settings, *_train_settings(settings, overrides)))
+        task, eval_levels, train_levels = _checked(task_name, task_options, eval_grid, train_grid, runs)
+        _at_entries(task, at, train_levels)
+        name = _variant_name(standard, task)
+        for (model, label, options, _), i, settings, train, seeds in runs:
+            level = train_levels[i]
 
             def cell(lr, seed):
                 return Cell(task=task_name, task_options=task.options(), variant=name,
@@ -309,23 +309,35 @@ def _at_entries(task, entries: list[dict], train_levels: list[dict]) -> list[dic
     return entries
 
 
-def mixed_levels(task, level: dict, spec) -> dict:
-    """A profile's `mixed_levels = { axis = "n_writes", low = 1 }`, checked against the training level:
-    each training batch is drawn at a level of `axis` uniform in the integers from `low` to the
-    level trained at (validation, and so early stopping, stays at the level trained at). Training
-    from scratch at many writes is a known optimisation problem; a mix of lengths is the usual cure."""
-    if not isinstance(spec, dict) or set(spec) != {"axis", "low"}:
-        raise UsageError(f"mixed_levels must be a table {{ axis = AXIS, low = N }}, got {spec!r}")
-    axis = spec["axis"]
-    if axis not in task.axes:
-        raise UsageError(f"mixed_levels: {task.name!r} has no axis {axis!r}; its axes: {', '.join(task.axes) or 'none'}")
-    top = level[axis]
-    if isinstance(top, bool) or not isinstance(top, int):
-        raise UsageError(f"mixed_levels: axis {axis!r} of {task.name!r} is not integer-valued (trained at {top!r})")
-    low = check_int("mixed_levels low", spec["low"])
-    if not 1 <= low <= top:
-        raise UsageError(f"mixed_levels: low must be between 1 and the level trained at ({axis}={top}), got {low}")
-    return {"axis": axis, "low": low}
+def _checked(task_name: str, options: dict, eval_grid: list[dict], train_grid: list[dict], runs: list) -> tuple:
+    """The task made with a variant's options checks, in one step, what the variant asks of it: its levels
+    (their values cast to the task's types), each run's integer settings and its `mixed_levels = { axis =
+    "n_writes", low = 1 }` (each batch drawn at a level of `axis` from `low` to the level trained at, the
+    usual cure for training from scratch at many writes; validation stays at the level trained at)."""
+    try:
+        task = get_task(task_name, **options)
+    except TypeError as e:
+        raise UsageError(f"task {task_name!r}: {e}") from None
+    eval_levels = tuple(task.validate_level(level) for level in eval_grid)
+    train_levels = [task.validate_level(level) for level in train_grid]
+    for _, i, settings, train, _ in runs:
+        train.update({key: check_int(key, train[key]) for key in ("steps", "batch_size", "log_every", "eval_size")})
+        spec = settings.get("mixed_levels")
+        if spec is None:
+            continue
+        if not isinstance(spec, dict) or set(spec) != {"axis", "low"}:
+            raise UsageError(f"mixed_levels must be a table {{ axis = AXIS, low = N }}, got {spec!r}")
+        axis = spec["axis"]
+        if axis not in task.axes:
+            raise UsageError(f"mixed_levels: {task.name!r} has no axis {axis!r}; its axes: {', '.join(task.axes) or 'none'}")
+        top = train_levels[i][axis]
+        if isinstance(top, bool) or not isinstance(top, int):
+            raise UsageError(f"mixed_levels: axis {axis!r} of {task.name!r} is not integer-valued (trained at {top!r})")
+        low = check_int("mixed_levels low", spec["low"])
+        if not 1 <= low <= top:
+            raise UsageError(f"mixed_levels: low must be between 1 and the level trained at ({axis}={top}), got {low}")
+        train["mixed_levels"] = {"axis": axis, "low": low}
+    return task, eval_levels, train_levels
 
 
 def _no_repeats(what: str, values) -> None:
@@ -342,8 +354,6 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
         train["steps"] = overrides.steps
     if overrides.batch_size is not None:
         train["batch_size"] = overrides.batch_size
-    for key in ("steps", "batch_size", "log_every", "eval_size"):
-        train[key] = check_int(key, train[key])
     grid = train["lr"] if isinstance(train["lr"], list) else [train["lr"]]
     _no_repeats("lr", grid)
     train["lr"] = grid
@@ -360,7 +370,7 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
     return recorded, list(seeds)
 
 
-def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[tuple, list]:
+def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[list, list]:
     """(evaluation levels: the grid of `levels`, training levels: `train_at` on its axes, the grid elsewhere)."""
     levels, train_at = dict(levels), dict(train_at)
     for axis, values in overrides.levels.items():
@@ -378,13 +388,9 @@ def _levels(task, levels: dict, train_at: dict, overrides: Overrides) -> tuple[t
     for axis in train_at:
         if axis not in task.axes:
             raise UsageError(f"train_at names {axis!r}, not an axis of {task.name!r} ({', '.join(task.axes) or 'none'})")
-    eval_levels = tuple(
-        task.validate_level(dict(zip(task.axes, combo)))
-        for combo in itertools.product(*(levels[a] for a in task.axes))
-    )
     train_values = [[train_at[a]] if a in train_at else levels[a] for a in task.axes]
-    train_levels = [task.validate_level(dict(zip(task.axes, combo))) for combo in itertools.product(*train_values)]
-    return eval_levels, train_levels
+    return ([dict(zip(task.axes, combo)) for combo in itertools.product(*(levels[a] for a in task.axes))],
+            [dict(zip(task.axes, combo)) for combo in itertools.product(*train_values)])
 
 
 def make_plan(task: str, profile_name: str, overrides: Overrides | None = None) -> list[Cell]:
