@@ -177,7 +177,7 @@ def test_the_board_orders_levels_by_value():
 
 def _entry(task, variant, options, train_levels=("n_writes=5,noise=0.05",)):
     results = [{"task": task, "variant": variant, "train_level": tl, "level": tl, "level_values": {"n_writes": 5},
-                "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0} for tl in train_levels]
+                "seeds": [0, 1, 2], "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0} for tl in train_levels]
     return {"name": f"{task} {variant}", "url": None, "description": None, "model": {"name": "base", "label": "base"},
             "profile": {"id": "quick"}, "seeds": [0, 1, 2], "ranked": True, "devices": ["cpu"], "wall_time_s": 1.0,
             "run": {"command": ["tmem-bench"], "cpu": "x"}, "suite": {"git": {"commit": None, "dirty": None}},
