@@ -177,7 +177,8 @@ def test_the_board_orders_levels_by_value():
 
 def _entry(task, variant, options, train_levels=("n_writes=5,noise=0.05",)):
     results = [{"task": task, "variant": variant, "train_level": tl, "level": tl, "level_values": {"n_writes": 5},
-                "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0} for tl in train_levels]
+                "seeds": [0, 1, 2], "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0}
+               for tl in train_levels]
     return {"name": f"{task} {variant}", "url": None, "description": None, "model": {"name": "base", "label": "base"},
             "profile": {"id": "quick"}, "seeds": [0, 1, 2], "ranked": True, "devices": ["cpu"], "wall_time_s": 1.0,
             "run": {"command": ["tmem-bench"], "cpu": "x"}, "suite": {"git": {"commit": None, "dirty": None}},
@@ -306,3 +307,19 @@ def test_a_preview_of_an_unfinished_run_is_refused_before_the_board_is_validated
     err = capsys.readouterr().err
     assert "is incomplete" in err and "has no result" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "preview").exists()
+
+
+def test_both_pages_say_which_interval_the_board_shows(tmp_path):
+    """The reports' rule, and the kind the board's seed counts give: t for three seeds, the bootstrap
+    from five (report/stats.py interval_label)."""
+    import html
+
+    from tmem_bench.leaderboard.board import build_pages
+
+    for seeds, kind in ((3, "95% Student's t"), (5, "95% percentile bootstrap")):
+        folder = tmp_path / str(seeds)
+        readme, page = build_pages(folder, [entry("A", {10: 0.5}, seeds=seeds), entry("B", {10: 0.4}, seeds=1)])
+        said = (f"Student's t below 5 seeds, the percentile bootstrap from 5, a point for one seed (this board's "
+                f"are {kind} intervals)")
+        text = readme.read_text() + html.unescape(page.read_text())  # the page escapes "'" as &#39;
+        assert text.count(said) == 2 and "its 95% bootstrap" not in text and "percentile-bootstrap" not in text

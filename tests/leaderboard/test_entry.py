@@ -39,3 +39,43 @@ def test_settings_do_not_depend_on_the_order_of_the_cells(label):
     smallest = [r for r in results if r["cell"]["train_level"]["n_writes"] == 5]
     assert first["train"]["steps"] == smallest[0]["cell"]["train"]["steps"] == 500
     assert first["state_size"]["seq_len"] == smallest[0]["causality"]["seq_len"]
+
+
+def _results(accuracies: list[float]) -> list[dict]:
+    """One cell result per seed, each evaluated once at its training level with the given accuracy."""
+    level = {"n_writes": 10}
+    return [{"cell": {"task": "coordinate_binding", "variant": "standard", "train_level": level,
+                      "eval_levels": [level], "seed": seed},
+             "eval": [{"level": level, "level_key": "n_writes=10", "accuracy": accuracy, "chance": 0.03,
+                       "ceiling": 1.0, "n": 1000}]} for seed, accuracy in enumerate(accuracies)]
+
+
+def test_an_entrys_interval_follows_the_reports_rule():
+    """Issue 43: Student's t interval below 5 seeds, the percentile bootstrap from 5, a point for one;
+    three seeds no longer collapse to the bootstrap's narrow interval."""
+    import numpy as np
+    from scipy import stats
+
+    from tmem_bench.leaderboard.entry import aggregate
+    from tmem_bench.report.stats import bootstrap_ci
+
+    three = [0.62, 0.70, 0.66]
+    (row,), _ = aggregate(_results(three))
+    low, high = stats.t.interval(0.95, len(three) - 1, loc=np.mean(three), scale=stats.sem(three))
+    assert (row["mean"], row["low"], row["high"]) == pytest.approx((np.mean(three), low, high))
+    _, boot_low, boot_high = bootstrap_ci(three)
+    assert row["high"] - row["low"] > boot_high - boot_low  # the bootstrap of three values is too narrow
+    (row,), _ = aggregate(_results([0.62]))
+    assert row["mean"] == row["low"] == row["high"] == 0.62
+    five = [0.62, 0.70, 0.66, 0.64, 0.68]
+    (row,), _ = aggregate(_results(five))
+    assert (row["mean"], row["low"], row["high"]) == bootstrap_ci(five)
+
+
+def test_an_entrys_t_interval_stays_within_0_and_1():
+    """A t interval of few seeds near the ceiling reaches past 100%; the entry stores it clipped (the
+    schema holds fractions, and a mean of accuracies lies in [0, 1])."""
+    from tmem_bench.leaderboard.entry import aggregate
+
+    (row,), _ = aggregate(_results([0.98, 1.0, 1.0]))
+    assert row["high"] == 1.0 and 0.0 < row["low"] < row["mean"] < 1.0

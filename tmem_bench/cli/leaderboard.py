@@ -1,4 +1,4 @@
-"""The `tmem-bench leaderboard` subcommands: submit, validate, build, fetch, show."""
+"""The `tmem-bench leaderboard` subcommands: submit, validate, refresh, build, fetch, show."""
 from __future__ import annotations
 
 import sys
@@ -42,6 +42,13 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                           help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
     _trust_flag(validate)
     _full_flag(validate)
+    refresh = actions.add_parser("refresh", parents=[debug],
+                                 help="rebuild entries' derived numbers (intervals, scores) from their own cells with "
+                                      "the installed suite's rules; cells, weights and identity stay as they are")
+    refresh.add_argument("slugs", nargs="*", metavar="NAME",
+                         help="entry folder names under LEADERBOARD/entries (default: every entry)")
+    refresh.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
+    _trust_flag(refresh)
     build = actions.add_parser("build", parents=[debug],
                                help="validate every entry, then write README.md and index.html")
     build.add_argument("--leaderboard", default="leaderboard", help="the leaderboard folder (default: leaderboard)")
@@ -93,7 +100,7 @@ def cmd_leaderboard(args) -> int:
         from ..leaderboard.fetch import fetch_board
 
         return fetch_board(args.path, args.allow_file_urls)
-    from ..leaderboard import build, submit, validate
+    from ..leaderboard import build, refresh, submit, validate
 
     if args.action == "submit":
         if args.url is not None and not args.url.startswith(("http://", "https://")):
@@ -107,6 +114,15 @@ def cmd_leaderboard(args) -> int:
             print(f"entry: {path}")
         print(f"check it with: tmem-bench leaderboard validate {args.leaderboard}")
         return 0
+    if args.action == "refresh":
+        refreshed, unchanged, failed = refresh(args.leaderboard, args.slugs, args.allow_module_names)
+        for slug in refreshed:
+            print(f"refreshed: {slug}")
+        for line in failed:
+            print(f"not refreshed: {line}", file=sys.stderr)
+        print(f"{len(refreshed)} refreshed, {len(unchanged)} unchanged, {len(failed)} not refreshed; check them "
+              f"with: tmem-bench leaderboard validate {args.leaderboard}")
+        return 1 if failed else 0
     if args.action == "show":
         from ..leaderboard.api import show
 

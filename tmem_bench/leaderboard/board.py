@@ -5,7 +5,10 @@ ranked together. The diagnosis leads: per task family the memory-forcing variant
 (attention alone is blind there by construction), then the capacity curves (models
 trained at each level), and last the standard variants, which attention alone solves.
 Ranked entries (at least RANKED_MIN_SEEDS seeds) come first, ordered by score; the
-others follow, marked unranked.
+others follow, marked unranked. A level shows the mean over seeds and the 95% interval its
+entry stores (entry.py aggregate), by the reports' rule: Student's t below 5 seeds, the
+percentile bootstrap from 5, a point for one seed; both pages say which kind the board's
+seed counts give (interval_note).
 """
 from __future__ import annotations
 
@@ -14,10 +17,11 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..registry import get_task
+from ..report.stats import interval_label
 from .about import paragraph
 from .entry import RANKED_MIN_SEEDS, SCHEMA_FILE
 from .folder import tidy, write_pages
-from .page import render_page
+from .page import INTERVAL_RULE, render_page
 
 FAMILY_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
 KINDS = {
@@ -43,8 +47,7 @@ the installed suite (its sha256 fingerprint must match). How to read a table:
   were trained at, chance and ceiling;
 - accuracy is raw (not normalised) on the fixed evaluation set of each level,
   generated from a seed disjoint from every training seed;
-- a level column shows the mean over seeds and its 95% percentile-bootstrap
-  interval;
+- a level column shows the mean over seeds and {{intervals}};
 - a table is ranked by the trained-level score, the accuracy at the level its
   models were trained at (in a capacity table, each model at its own level: their
   mean); the all-level mean, the unweighted mean of the level columns, levels not
@@ -86,7 +89,8 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                 group["values"][r["level"]] = r["level_values"]
                 group["chance"][r["level"]] = r["chance"]
                 group["ceiling"][r["level"]] = r["ceiling"]
-                cells[r["level"]] = {"mean": r["mean"], "low": r["low"], "high": r["high"], "values": r["level_values"]}
+                cells[r["level"]] = {"mean": r["mean"], "low": r["low"], "high": r["high"], "values": r["level_values"],
+                                     "seeds": len(r["seeds"])}
             group["rows"].append({
                 "slug": path.name, "name": entry["name"], "url": entry["url"], "description": entry["description"],
                 "model": entry["model"]["name"], "label": entry["model"]["label"],
@@ -180,6 +184,15 @@ def _label_levels(group: dict) -> None:
     group["chance_note"] = f"chance {_per_level(group, 'chance')}; ceiling {_per_level(group, 'ceiling')}"
 
 
+def interval_note(groups: list[dict]) -> str:
+    """The level columns' interval, as the pages say it: the rule, and which kind the board's seed
+    counts give (report/stats.py interval_label, as a report's "How to read" names its own)."""
+    counts = {cell["seeds"] for group in groups for row in group["rows"] for cell in row["cells"].values()}
+    if not any(n > 1 for n in counts):
+        return INTERVAL_RULE
+    return f"{INTERVAL_RULE} (this board's are {interval_label(counts)} intervals)"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
@@ -202,8 +215,9 @@ def _per_level(group: dict, what: str) -> str:
 
 
 def markdown(groups: list[dict], banner: str | None = None) -> str:
-    preamble = PREAMBLE if banner is None else PREAMBLE.replace("# Leaderboard\n",
-                                                                f"# Leaderboard preview\n\n> {banner}\n", 1)
+    preamble = PREAMBLE.replace("{intervals}", interval_note(groups))
+    if banner is not None:
+        preamble = preamble.replace("# Leaderboard\n", f"# Leaderboard preview\n\n> {banner}\n", 1)
     lines = [preamble]
     if not groups:
         lines.append("No entries yet.\n")
@@ -255,5 +269,6 @@ def build_pages(folder: Path, accepted: list[tuple[Path, dict]], banner: str | N
     open with it."""
     groups = board_data(accepted)
     readme, page = write_pages(Path(folder), {"README.md": markdown(groups, banner),
-                                              "index.html": render_page(json.dumps(groups, sort_keys=True), banner)})
+                                              "index.html": render_page(json.dumps(groups, sort_keys=True), banner,
+                                                                            interval_note(groups))})
     return readme, page

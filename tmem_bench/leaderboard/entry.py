@@ -20,7 +20,7 @@ from ..harness.plan import Overrides, plan_task_searches, profile_names
 from ..harness.selection import choose
 from ..levels import level_key
 from ..registry import get_backbone, get_task, task_names
-from ..report.stats import bootstrap_ci
+from ..report.stats import mean_ci
 from .guard import SCHEMA_FILE, find_schema  # noqa: F401 - the entry's names since before guard.py
 
 SCHEMA_VERSION = 1
@@ -123,9 +123,10 @@ def _selected(rows: list[dict]) -> list[dict]:
 
 
 def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(per task, variant, training level and evaluation level: mean accuracy over seeds with its
-    percentile-bootstrap interval (kept for the board at every seed count, so that the committed
-    entries' derived numbers stay what validation rebuilds; reports use t intervals below 5 seeds); per task and variant: the score, the unweighted mean of the shown levels)."""
+    """(per task, variant, training level and evaluation level: mean accuracy over seeds with its 95%
+    interval, by the reports' rule (report/stats.py mean_ci: Student's t below 5 seeds, the percentile
+    bootstrap from 5, a point for one seed); per task and variant: the score, the unweighted mean of
+    the shown levels). Entries made under an earlier rule are brought up to it by `leaderboard refresh`."""
     groups: dict[tuple, list] = {}
     for result in results:
         cell = result["cell"]
@@ -138,7 +139,10 @@ def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
     rows = []
     for (task, _, variant, train_level, _, level), items in sorted(groups.items()):
         items.sort(key=lambda item: item[0])
-        mean, low, high = bootstrap_ci([ev["accuracy"] for _, ev in items])
+        mean, low, high = mean_ci([ev["accuracy"] for _, ev in items])
+        # A t interval of few seeds may reach past [0, 1], where a mean of accuracies cannot lie (the
+        # reports print it clipped too); clipped here, the stored numbers stay fractions.
+        low, high = max(low, 0.0), min(high, 1.0)
         first = items[0][1]
         rows.append({
             "task": task, "variant": variant, "train_level": train_level, "level": level,

@@ -10,6 +10,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from ..report.colors import label_colors, place
+from ..report.stats import BOOTSTRAP_FROM
+
+# Which interval a level shows, as the reports' "How to read" says it (report/stats.py mean_ci);
+# board.py adds which kind the board's own seed counts give.
+INTERVAL_RULE = (f"its 95% interval of the mean: Student's t below {BOOTSTRAP_FROM} seeds, the percentile "
+                 f"bootstrap from {BOOTSTRAP_FROM}, a point for one seed")
 
 
 @lru_cache(maxsize=1)
@@ -37,11 +43,12 @@ def with_colors(groups: list[dict]) -> list[dict]:
     return groups
 
 
-def render_page(data_json: str, banner: str | None = None) -> str:
-    """The page; with `banner` (a preview's), titled a preview and opening with the banner."""
+def render_page(data_json: str, banner: str | None = None, intervals: str = INTERVAL_RULE) -> str:
+    """The page; with `banner` (a preview's), titled a preview and opening with the banner;
+    `intervals` completes "a level shows the mean over seeds and ..." (board.interval_note)."""
     data_json = json.dumps(with_colors(json.loads(data_json)), sort_keys=True)
     # Inside a script element HTML escapes are read as they are, so the JSON goes in unescaped but for
     # "<", written as \u003c so that no entry text can close the tag. Not Jinja's tojson, which also
     # rewrites every "'" and would change the committed page's bytes.
     data = Markup(data_json.replace("<", "\\u003c"))
-    return _template().render(data=data, banner=banner)
+    return _template().render(data=data, banner=banner, intervals=intervals)
