@@ -76,3 +76,29 @@ def paragraph(group: dict, options: dict) -> str:
     chance = f"{group['chance_note'][0].upper()}{group['chance_note'][1:]}."
     return (f"{task_line(group['task'])} {variant_line(group['task'], group['variant'], options)} {where} {chance} "
             f"{score}. Scores are raw accuracy, the mean over seeds; equal at one decimal, they share a rank.")
+
+
+# The docs page's table of how well the toy diagnoses predict the external scores; relative to
+# leaderboard/, where both pages of the board are written.
+VALIDITY_LINK = "../docs/external-validity.md#validity-measured"
+
+
+def external_paragraph(group: dict) -> str:
+    """The paragraph of a profile's external table (board._external): the environments, how the models
+    learnt and were scored in them, and what the return means (external_link follows it)."""
+    tasks = ", ".join(dict.fromkeys(group["tasks"][col] for col in group["levels"]))
+    return (f"POPGym's partially observable environments (Morad et al., ICLR 2023), here {tasks}: card games "
+            "whose best action depends on cards dealt earlier. Each model learnt by imitating an oracle that "
+            "acts from the observations so far, and is scored acting in the environment itself: closed loop, "
+            "its greedy action at every step, on fixed episode seeds kept apart from its training and "
+            "evaluation ones. A column is an environment at a difficulty, read from the models trained there; "
+            "it shows POPGym's normalised return (1 is the oracle's, -1 always wrong), the mean over seeds "
+            "with its 95% interval. Ranked by the mean normalised return over a model's columns, equal at two "
+            "decimals sharing a rank; the mean oracle-action accuracy over the same columns is beside it.")
+
+
+def external_link() -> dict:
+    """The sentence after the external paragraph, a link on both pages (markdown, and an anchor the
+    page's script draws, the paragraph being plain text there)."""
+    return {"before": "How far the toy diagnoses predict these returns: ", "text": "the validity table",
+            "href": VALIDITY_LINK}

@@ -125,8 +125,9 @@ def _selected(rows: list[dict]) -> list[dict]:
 def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
     """(per task, variant, training level and evaluation level: mean accuracy over seeds with its 95%
     interval, by the reports' rule (report/stats.py mean_ci: Student's t below 5 seeds, the percentile
-    bootstrap from 5, a point for one seed); per task and variant: the score, the unweighted mean of
-    the shown levels). Entries made under an earlier rule are brought up to it by `leaderboard refresh`."""
+    bootstrap from 5, a point for one seed), and where the cells acted in an environment the normalised
+    return over seeds by the same rule; per task and variant: the score, the unweighted mean of the
+    shown levels). Entries made under an earlier rule are brought up to it by `leaderboard refresh`."""
     groups: dict[tuple, list] = {}
     for result in results:
         cell = result["cell"]
@@ -144,18 +145,31 @@ def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
         # reports print it clipped too); clipped here, the stored numbers stay fractions.
         low, high = max(low, 0.0), min(high, 1.0)
         first = items[0][1]
-        rows.append({
+        row = {
             "task": task, "variant": variant, "train_level": train_level, "level": level,
             "level_values": first["level"], "seeds": [s for s, _ in items],
             "mean": mean, "low": low, "high": high,
             "chance": first["chance"], "ceiling": first["ceiling"], "n_eval": first["n"],
-        })
+        }
+        returns = [ev["closed_loop"]["mean_return"] for _, ev in items if ev.get("closed_loop")]
+        if returns:  # the cells acted in the task's environment (harness/closed_loop.py)
+            if len(returns) != len(items):
+                raise UsageError(f"{task} at {level}: some seeds' cells acted in the environment and some did not")
+            row["normalised_return"] = _return_ci(returns)
+        rows.append(row)
     scores = []
     for task, variant in dict.fromkeys((r["task"], r["variant"]) for r in rows):
         shown = _selected([r for r in rows if r["task"] == task and r["variant"] == variant])
         scores.append({"task": task, "variant": variant, "levels": len(shown),
                        "score": sum(r["mean"] for r in shown) / len(shown)})
     return rows, scores
+
+
+def _return_ci(returns: list[float]) -> dict:
+    """The normalised return over seeds with its interval, by the accuracy's rule; POPGym's returns
+    lie in [-1, 1], so a t interval of few seeds is clipped there, as accuracy's is to [0, 1]."""
+    mean, low, high = mean_ci(returns)
+    return {"mean": mean, "low": max(low, -1.0), "high": min(high, 1.0)}
 
 
 def state_size(model: str, model_options: dict, seq_len: int) -> dict:

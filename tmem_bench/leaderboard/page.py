@@ -46,9 +46,11 @@ def with_colors(groups: list[dict]) -> list[dict]:
 def render_page(data_json: str, banner: str | None = None, intervals: str = INTERVAL_RULE) -> str:
     """The page; with `banner` (a preview's), titled a preview and opening with the banner;
     `intervals` completes "a level shows the mean over seeds and ..." (board.interval_note)."""
-    data_json = json.dumps(with_colors(json.loads(data_json)), sort_keys=True)
+    groups = with_colors(json.loads(data_json))
+    data_json = json.dumps(groups, sort_keys=True)
     # Inside a script element HTML escapes are read as they are, so the JSON goes in unescaped but for
     # "<", written as \u003c so that no entry text can close the tag. Not Jinja's tojson, which also
     # rewrites every "'" and would change the committed page's bytes.
     data = Markup(data_json.replace("<", "\\u003c"))
-    return _template().render(data=data, banner=banner, intervals=intervals)
+    external = any(group.get("kind") == "external" for group in groups)
+    return _template().render(data=data, banner=banner, intervals=intervals, external=external)
