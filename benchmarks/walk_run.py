@@ -68,9 +68,10 @@ def _room(file: str) -> str:
     return f"{parts[0]}/" if len(parts) > 1 else parts[0]
 
 
-def _imports(module: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of the package that `module` imports, at its top or inside a function."""
-    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of the package that module `name` imports, at its top or inside a function (a
+    lazy import is still a dependency); tests/project/test_layout.py checks the layers with it too."""
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -78,13 +79,14 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
                 if node.level else node.module
+            # `from pkg import x` imports pkg, and pkg.x too where x is a module.
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]
-            if target:
+            if target and target != name:
                 out.add(target)
     return out
 
@@ -94,7 +96,7 @@ def floors() -> dict[str, int]:
     sources = _sources()
     ties: dict[str, set[str]] = {}
     for module, (path, room) in sources.items():
-        ties.setdefault(room, set()).update(sources[t][1] for t in _imports(module, path, set(sources)))
+        ties.setdefault(room, set()).update(sources[t][1] for t in imports(module, path, set(sources)))
     found: dict[str, int] = {}
 
     def floor(room: str, path: tuple = ()) -> int:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.walk_run import imports  # one reader of the package's imports, the walk's too
+
 ROOT = Path(__file__).resolve().parents[2]
 # Where each part of the installed package lives in the repository (pyproject's package-dir).
 PACKAGE_DIRS = {"tmem_bench": ROOT / "tmem_bench", "tmem_bench.tasks": ROOT / "tasks",
@@ -26,29 +28,6 @@ def modules() -> dict[str, Path]:
                 parts.pop()
             found[".".join([package, *parts])] = path
     return found
-
-
-def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of the package that module `name` imports."""
-    is_package = path.name == "__init__.py"
-    here = name.split(".") if is_package else name.split(".")[:-1]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
-                if node.level else node.module
-            # `from pkg import x` imports pkg, and pkg.x too where x is a module.
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                out.add(target)
-    return out
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
