@@ -8,19 +8,20 @@ import math
 import pandas as pd
 
 from .data import RunData
-from .stats import bootstrap_ci
+from .stats import interval_label, mean_ci
 from .tables import fmt_ci, md_table
 
 
 def _fmt_return(mean: float, low: float, high: float) -> str:
+    """A normalised return with its interval, clipped to POPGym's [-1, 1], as fmt_ci clips accuracy."""
     if low == high:
         return f"{mean:+.3f}"
-    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    return f"{mean:+.3f} [{max(low, -1.0):+.3f}, {min(high, 1.0):+.3f}]"
 
 
 def external_rows(data: RunData) -> list[dict]:
     """One row per (task, trained level, model) with closed-loop returns: seeds, accuracy and
-    normalised return (mean and 95% bootstrap interval over seeds), best return first per task."""
+    normalised return (mean and 95% interval over seeds, stats.mean_ci), best return first per task."""
     table = data.table
     if table.empty or "normalised_return" not in table:
         return []
@@ -30,8 +31,8 @@ def external_rows(data: RunData) -> list[dict]:
         ranked = []
         for label, cells in group.groupby("label"):
             ranked.append({"task": task, "level": level, "label": label, "seeds": len(cells),
-                           "accuracy": bootstrap_ci(cells["accuracy"]),
-                           "return": bootstrap_ci(cells["normalised_return"].astype(float)),
+                           "accuracy": mean_ci(cells["accuracy"]),
+                           "return": mean_ci(cells["normalised_return"].astype(float)),
                            "chance": float(cells["chance"].iloc[0])})
         out += sorted(ranked, key=lambda r: (-r["return"][0], r["label"]))
     return out
@@ -45,8 +46,9 @@ def external_section(data: RunData) -> list[str]:
            "Tasks with an environment (POPGym's): each model imitated the oracle's actions; oracle-action accuracy "
            "is on the fixed evaluation episodes, and the normalised return is the mean episode return the model "
            "earned acting greedily in the environment itself on fixed seeds (POPGym scales it to [-1, 1]; the "
-           "oracle earns 1). Mean over seeds with its 95% bootstrap interval, at the level each model was trained "
-           "at, best return first.", ""]
+           "oracle earns 1). Mean over seeds with its "
+           + interval_label(r["seeds"] for r in rows) + " interval, at the level each model was trained at, best "
+           "return first.", ""]
     body = [[r["task"], r["level"], r["label"], r["seeds"], fmt_ci(*r["accuracy"]), f"{100 * r['chance']:.1f}%",
              _fmt_return(*r["return"])] for r in rows]
     out.append(md_table(["task", "trained at", "model", "seeds", "oracle-action accuracy", "chance",
