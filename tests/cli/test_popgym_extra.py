@@ -1,6 +1,7 @@
 """Without the popgym extra, POPGym's tasks and the external profile are absent, and naming them is
 one line that says what to install (run in a process where `import popgym` fails, installed or not)."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,6 +29,13 @@ def test_naming_a_popgym_task_without_the_extra_is_one_line_saying_what_to_insta
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert "needs the popgym extra: pip install -e \".[popgym]\"" in lines[0], lines[0]
+
+
+def test_submitting_the_external_run_without_the_extra_says_what_to_install(tmp_path):
+    shutil.copy(ROOT / "leaderboard" / "entry.schema.json", tmp_path)
+    out = without_popgym("leaderboard", "submit", "docs/runs/external", "--name", "x", "--leaderboard", str(tmp_path))
+    assert out.returncode == 2 and "needs the popgym extra" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry.schema.json"]
 
 
 def test_list_without_the_extra_leaves_the_popgym_tasks_and_the_external_profile_out_with_a_hint():

@@ -128,7 +128,7 @@ def profile_names() -> list[str]:
             if not missing or not missing & set(tomllib.loads(p.read_text("utf-8")).get("tasks", {}))]
 
 
-def _needs_extra(name: str) -> None:
+def needs_extra(name: str) -> None:
     """A UsageError saying what to install, where `name` is a task of an extra that is not installed."""
     if any(name in names for names in TASKS.missing_extras.values()):
         TASKS.get(name)
@@ -404,7 +404,7 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
     known = task_names()
     for name in profile["tasks"]:
         if name not in TASKS and ":" not in name:
-            _needs_extra(name)
+            needs_extra(name)
             raise UsageError(f"profile {profile_name!r} names unknown task {name!r}; known: {', '.join(known)} "
                              "(or module:attribute)")
         TASKS.get(name)  # a plug-in task that cannot be loaded is named here
@@ -413,7 +413,7 @@ def plan_run(task: str, profile_name: str, overrides: Overrides | None = None) -
     elif task in TASKS or ":" in task:
         names = [task]
     else:
-        _needs_extra(task)
+        needs_extra(task)
         raise UsageError(f"unknown task {task!r}; known: {', '.join(known)}, all (or module:attribute)")
     plans = [plan_task_searches(name, profile, overrides) for name in names]
     plan = Plan([c for p in plans for c in p.cells], [s for p in plans for s in p.searches])

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import UsageError
-from ..harness.plan import Overrides, plan_task_searches, profile_names
+from ..harness.plan import Overrides, needs_extra, plan_task_searches
 from ..harness.selection import choose
 from ..levels import level_key
 from ..registry import get_backbone, get_task, task_names
@@ -35,9 +35,10 @@ def task_version(task_name: str) -> int:
 
 
 def builtin_profile_text(name: str) -> str | None:
-    if name not in profile_names():
-        return None
-    return resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_text()
+    """The built-in profile's text, also where its tasks need an extra that is not installed:
+    planning its cells then says what to install."""
+    path = resources.files("tmem_bench.profiles").joinpath(f"{name}.toml")
+    return path.read_text() if name.isidentifier() and path.is_file() else None
 
 
 def profile_id(name: str, text: str, overrides: dict, task: str = "all") -> str:
@@ -90,6 +91,8 @@ def planned_cells(run: dict, profile: dict, results: dict[str, dict] | None = No
     if len(rules) == 1:
         overrides = replace(overrides, early_stop=json.loads(rules.pop()))
     task = run["task"]
+    for name in parsed.get("tasks", {}):
+        needs_extra(name)  # else its cells would silently drop out of the plan
     names = [t for t in parsed.get("tasks", {}) if t in task_names()] if task == "all" else [task]
     plans = [plan_task_searches(name, parsed, overrides) for name in names]
     cells = [cell for plan in plans for cell in plan.cells]
@@ -167,9 +170,9 @@ def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def _return_ci(returns: list[float]) -> dict:
     """The normalised return over seeds with its interval, by the accuracy's rule; POPGym's returns
-    lie in [-1, 1], so a t interval of few seeds is clipped there, as accuracy's is to [0, 1]."""
-    mean, low, high = mean_ci(returns)
-    return {"mean": mean, "low": max(low, -1.0), "high": min(high, 1.0)}
+    lie in [-1, 1], so a t interval of few seeds is clipped there, as accuracy's is to [0, 1], and so
+    is the mean, which an episode's sum of rewards such as 0.1 can carry past 1 by a rounding error."""
+    return dict(zip(("mean", "low", "high"), (min(max(x, -1.0), 1.0) for x in mean_ci(returns))))
 
 
 def state_size(model: str, model_options: dict, seq_len: int) -> dict:
