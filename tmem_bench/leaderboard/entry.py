@@ -171,7 +171,7 @@ def aggregate(results: list[dict]) -> tuple[list[dict], list[dict]]:
 def _return_ci(returns: list[float]) -> dict:
     """The normalised return over seeds with its interval, by the accuracy's rule; POPGym's returns
     lie in [-1, 1], so a t interval of few seeds is clipped there, as accuracy's is to [0, 1], and so
-    is the mean, which an episode's sum of rewards such as 0.1 can carry past 1 by a rounding error."""
+    is the mean, which an episode's sum of rewards can carry past 1 by a rounding error."""
     return dict(zip(("mean", "low", "high"), (min(max(x, -1.0), 1.0) for x in mean_ci(returns))))
 
 
