@@ -99,8 +99,33 @@ def test_a_probe_file_of_the_earlier_schema_is_refused_not_mixed(tiny_run, tmp_p
         probe_run(run, config=TINY)
 
 
+def test_a_probe_reads_only_the_tasks_asked_and_never_a_cell_left_out(tiny_run, tmp_path):
+    run = tmp_path / "some"
+    shutil.copytree(tiny_run, run)
+    (run / "state_probe.json").unlink(missing_ok=True)
+    lstm = sorted(json.loads(p.read_text())["cell_id"] for p in (run / "cells").glob("*.json")
+                  if json.loads(p.read_text())["cell"]["label"] == "lstm")
+    doc = probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None, tasks=["coordinate_binding"],
+                    leave_out={lstm[0]})
+    assert [r["cell_id"] for r in doc["rows"]] == [lstm[1]]
+    with pytest.raises(UsageError, match="--tasks: no cells of occlusion .* its tasks: coordinate_binding"):
+        probe_run(run, config=TINY, tasks=["occlusion"])
+
+
+def test_the_command_skips_the_learning_rate_trials_no_report_reads(tmp_path):
+    from tests.report.helpers import RunBuilder, as_planned, write_selection
+    from tmem_bench.cli.probe import _check_run
+
+    b = RunBuilder(tmp_path)
+    made = [as_planned(tmp_path, b.cell("occlusion", "lstm", 0, (6,), {(6,): acc}), acc, lr)
+            for lr, acc in ((1e-3, 0.9), (1e-2, 0.3))]
+    write_selection(tmp_path, [cell for cell, _ in made], (), [result for _, result in made])
+    assert _check_run(str(tmp_path), None) == {made[1][0].id}  # the trial at the lr not chosen
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--steps", "0"], "--steps must be an integer >= 1"),
+    (["--tasks", "occlusion"], "--tasks: no cells of occlusion"),
     (["--models", "nope"], "--models: no cells of nope"),
     (["--seed-list", "0,x"], "--seed-list '0,x' is malformed"),
     (["--weights", "/nonexistent"], "is not a folder"),

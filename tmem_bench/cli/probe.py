@@ -28,6 +28,7 @@ def add_probe_parser(sub, debug) -> None:
                             "(repeatable), e.g. leaderboard/entries/<slug>/cells")
     probe.add_argument("--models", metavar="LABELS", help="comma-separated labels to probe (default: every model)")
     probe.add_argument("--seed-list", metavar="S1,S2,...", help="the seeds to probe, e.g. 0,2 (default: every seed)")
+    probe.add_argument("--tasks", metavar="TASKS", help="comma-separated tasks to probe (default: every task)")
     probe.add_argument("--steps", metavar="N",
                        help="readout training steps (default: the readout's own, which state_probe.json records)")
 
@@ -44,22 +45,27 @@ def _list(flag: str, text: str | None, cast=str):
         raise UsageError(f"{flag} {text!r} is malformed; expected integers such as 0,1,2") from None
 
 
-def _check_run(run_dir: str, seeds: list[int] | None) -> None:
+def _check_run(run_dir: str, seeds: list[int] | None) -> set[str]:
     """What would make the probe fail with a traceback or probe nothing, said in one line first: a
-    state_probe.json that is not a file, and a --seed-list naming no seed of the run."""
+    state_probe.json that is not a file, and a --seed-list naming no seed of the run. Returns the
+    cells the report leaves out (learning-rate trials at an lr not chosen), which the probe skips:
+    no verdict or table reads their state."""
     from ..harness.rundir import RunDir
+    from ..report.lr_choice import searches
 
     run = RunDir.existing(run_dir)
     out = run.state_probe_path
     if out.exists() and not out.is_file():
         raise UsageError(f"{out} is not a file; the probe writes its results there, so move it away first")
+    results, _ = run.load_cells()
+    _, left_out, _ = searches(run, results, run.manifest())
     if seeds is not None:
-        results, _ = run.load_cells()
         known = sorted({r["cell"]["seed"] for r in results})
         missing = sorted(set(seeds) - set(known))
         if missing:
             raise UsageError(f"--seed-list: no cells of seed {', '.join(map(str, missing))} in {run_dir}; its seeds: "
                              f"{', '.join(map(str, known)) or 'none'}")
+    return left_out
 
 
 def cmd_probe(args) -> int:
@@ -82,10 +88,11 @@ def cmd_probe(args) -> int:
     from ..harness.probe_run import probe_run, summary
 
     seeds = _list("--seed-list", args.seed_list, int)
-    _check_run(args.run_dir, seeds)
+    left_out = _check_run(args.run_dir, seeds)
     try:
         doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),
-                        seeds=seeds, config=config, say=lambda line: print(line, file=sys.stderr))
+                        seeds=seeds, config=config, say=lambda line: print(line, file=sys.stderr),
+                        tasks=_list("--tasks", args.tasks), leave_out=left_out)
     except ValueError as e:  # a weights file that is truncated or does not fit its model: load_weights names it
         raise UsageError(f"{args.run_dir}: {e}; that cell cannot be probed (remove or replace its weights)") from None
     print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}  {'readout':<16} calibration")

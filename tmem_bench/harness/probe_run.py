@@ -110,9 +110,11 @@ def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[
     return {row["cell_id"]: row for row in rows}, calibrations
 
 
-def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print) -> dict:
-    """Probe every finished cell of a run directory (those of `labels` and `seeds` where given) and
-    write RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept.
+def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print,
+              tasks=None, leave_out=frozenset()) -> dict:
+    """Probe every finished cell of a run directory (those of `labels`, `seeds` and `tasks` where
+    given, none of `leave_out`: the learning-rate trials no report reads) and write
+    RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept.
     The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
     A cell's weights are read from the run directory, else from the first of the `weights` folders
     that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
@@ -128,8 +130,13 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     unknown = sorted(set(labels or ()) - set(known))
     if unknown:
         raise UsageError(f"--models: no cells of {', '.join(unknown)} in {run_dir}; its models: {', '.join(known)}")
+    unknown = sorted(set(tasks or ()) - {r["cell"]["task"] for r in results})
+    if unknown:
+        raise UsageError(f"--tasks: no cells of {', '.join(unknown)} in {run_dir}; its tasks: "
+                         f"{', '.join(sorted({r['cell']['task'] for r in results}))}")
     chosen = [r for r in results if (not labels or r["cell"]["label"] in labels)
-              and (seeds is None or r["cell"]["seed"] in seeds)]
+              and (seeds is None or r["cell"]["seed"] in seeds) and (not tasks or r["cell"]["task"] in tasks)
+              and r["cell_id"] not in leave_out]
     out = run_dir.state_probe_path
     done, calibrations = _previous(out, config)
     for result in chosen:
