@@ -160,3 +160,83 @@ def test_calibrate_prints_each_reference_beside_its_best_possible_read(capsys):
     assert slots[:3] == ["slots", "1.000", "oracle"] and constant[:3] == ["constant", "0.031", "chance"]
     assert "goal" in out[2] and "goal" not in out[3]  # the goal is the information-complete references'
     assert slots[-2:] in (["goal", "met"], ["below", "goal"]) and constant[-1].endswith("s")
+
+
+def _row(validation: dict, evaluation: dict) -> dict:
+    return {"status": PROBED, "readout": max(validation, key=validation.get), "probe_accuracy": None,
+            "readouts": {n: {"validation": validation[n], "evaluation": evaluation[n], "best_step": 100}
+                         for n in validation}}
+
+
+def test_the_probe_number_comes_from_the_best_calibrated_readout():
+    # attention is best on the probe's own validation, but reads the reference at 12% of its best;
+    # rows_linear reads it within the goal, so its number is the probe's, and usable.
+    row = _row({"gated": 0.2, "attention": 0.85, "rows_linear": 0.83}, {"gated": 0.2, "attention": 0.84,
+                                                                      "rows_linear": 0.82})
+    reference = {"format": "kv", "reference": "kv_mixed", "best": 1.0,
+                 "readouts": {"gated": 0.2, "attention": 0.12, "rows_linear": 0.93}}
+    settled = probe_run_module.settle(row, reference)
+    assert (settled["readout"], settled["probe_accuracy"], settled["probe_validation_accuracy"]) == (
+        "rows_linear", 0.82, 0.83)
+    assert settled["calibration"]["usable"] and settled["calibration"]["calibrated"] == ["rows_linear"]
+    assert settled["calibration"]["ratio"] == pytest.approx(0.93)
+    # No member calibrated: the family's best on validation, its number not usable.
+    uncalibrated = {**reference, "readouts": {"gated": 0.2, "attention": 0.12, "rows_linear": 0.5}}
+    settled = probe_run_module.settle(row, uncalibrated)
+    assert settled["readout"] == "attention" and settled["probe_accuracy"] == 0.84
+    assert not settled["calibration"]["usable"] and settled["calibration"]["calibrated"] == []
+    # A task without reference states keeps the family's best and says why.
+    none = {"format": "kv", "reference": None, "usable": False, "why": "no reference states for task 'x'"}
+    assert probe_run_module.settle(row, none)["calibration"] == none
+
+
+def test_a_stored_row_of_the_earlier_choice_is_settled_again_on_resume(tiny_run, tmp_path, monkeypatch):
+    run = tmp_path / "old_choice"
+    shutil.copytree(tiny_run, run)
+    (run / "state_probe.json").unlink(missing_ok=True)
+    doc = probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None)
+    # As a probe before the calibrated choice wrote it: its family's best on validation, and only
+    # that readout's reading of the reference.
+    for row in doc["rows"]:
+        first = max(row["readouts"], key=lambda n: row["readouts"][n]["validation"])
+        c = row["calibration"]
+        row.update(readout=first, probe_accuracy=row["readouts"][first]["evaluation"])
+        row["calibration"] = {"format": c["format"], "reference": c["reference"], "best": c["best"],
+                              "probe": c["readouts"][first], "ratio": c["readouts"][first] / c["best"],
+                              "usable": False}
+    (run / "state_probe.json").write_text(json.dumps(doc))
+    monkeypatch.setattr("tmem_bench.diagnostics.state_probe.probe_model", lambda *a, **k: 1 / 0)
+    again = probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None)
+    for row in again["rows"]:
+        reads = doc["calibrations"][next(iter(doc["calibrations"]))]["readouts"]
+        assert set(row["calibration"]["readouts"]) == set(row["readouts"]) and row["calibration"]["readouts"] == reads
+        assert row["calibration"]["usable"] == (row["calibration"]["ratio"] >= CALIBRATION_GOAL)
+        family = list(row["readouts"])
+        calibrated = [n for n in family if reads[n] / row["calibration"]["best"] >= CALIBRATION_GOAL]
+        best = max(calibrated or family, key=lambda n: (row["readouts"][n]["validation"], -family.index(n)))
+        assert row["readout"] == best and row["probe_accuracy"] == row["readouts"][best]["evaluation"]
+
+
+def test_calibrations_are_taken_from_another_runs_file_not_trained_again(tiny_run, tmp_path, monkeypatch):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for copy in (first, second):
+        shutil.copytree(tiny_run, copy)
+        (copy / "state_probe.json").unlink(missing_ok=True)
+    once = probe_run(first, labels=["lstm"], config=TINY, say=lambda line: None)
+
+    def never(*args, **kwargs):
+        raise AssertionError("a calibration was trained again")
+
+    monkeypatch.setattr("tmem_bench.diagnostics.probe_references.calibrate_reference", never)
+    taken = probe_run(second, labels=["lstm"], config=TINY, say=lambda line: None,
+                      calibrations_from=[first / "state_probe.json"])
+    strip = [{k: v for k, v in r.items() if k != "wall_time_s"} for r in once["rows"]]
+    assert [{k: v for k, v in r.items() if k != "wall_time_s"} for r in taken["rows"]] == strip
+    assert taken["calibrations"] == once["calibrations"]
+    with pytest.raises(UsageError, match="--calibrations .* is not a file"):
+        probe_run(second, config=TINY, calibrations_from=[tmp_path / "nope.json"])
+    third = tmp_path / "third"
+    shutil.copytree(second, third)
+    (third / "state_probe.json").unlink()
+    with pytest.raises(UsageError, match="first/state_probe.json holds a probe with other readout settings"):
+        probe_run(third, config=ReadoutConfig(steps=21), calibrations_from=[first / "state_probe.json"])

@@ -3,11 +3,14 @@ its weights and probed at the level it was trained at (diagnostics/state_probe.p
 cell in RUN_DIR/state_probe.json, rewritten atomically after each cell so that a stopped probe
 resumes where it stopped.
 
-Beside each probe number, its calibration: the readout the probe chose for that memory, trained
-the same way on the reference state closest to the memory's format (diagnostics/probe_references.py)
-at the same task and level, and its accuracy there against the reference's best possible read.
-A probe number is usable (`calibration.usable`) only where that ratio reaches CALIBRATION_GOAL;
-the verdicts read no other. Each reference's calibration is kept in the file once trained."""
+Beside each probe number, its calibration: every member of the readout family trained the same
+way on the reference state closest to the memory's format (diagnostics/probe_references.py) at the
+same task and level, and its accuracy there against the reference's best possible read. The probe
+number is the member best on the probe's own validation sequences among those that read the
+reference within CALIBRATION_GOAL of its best (the family's best where none does), so that a
+number comes from a readout known to read that format; it is usable (`calibration.usable`) only
+where its member reaches the goal, and the verdicts read no other. Each reference's calibration is
+kept in the file once trained, and may be taken from another run's file of the same settings."""
 from __future__ import annotations
 
 import json
@@ -62,8 +65,7 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibr
         row.update(probe_model(model, task, level, eval_batch, config, train_task))
         row["wall_time_s"] = time.perf_counter() - start
         fmt = probe_references.state_format(cell.model, model.backbone, state)
-        row["calibration"] = calibration(task, level, fmt, row["readout"], config, train_task,
-                                         {} if calibrations is None else calibrations)
+        row = settle(row, calibration(task, level, fmt, config, train_task, {} if calibrations is None else calibrations))
     return {**row, "wall_time_s": row.get("wall_time_s", time.perf_counter() - start), "cell_id": result["cell_id"]}
 
 
@@ -72,9 +74,9 @@ def calibration_key(task, level, name: str) -> str:
     return f"{task.name}[{options}]@{level_key(level)}|{name}"
 
 
-def calibration(task, level, fmt: str, readout: str, config: ReadoutConfig, train_task, calibrations: dict) -> dict:
-    """How well `readout` reads the reference closest to format `fmt` at this task and level: the
-    row's calibration, training the reference (every readout) where `calibrations` lacks it."""
+def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibrations: dict) -> dict:
+    """How well each readout reads the reference closest to format `fmt` at this task and level,
+    training the reference (every readout) where `calibrations` lacks it."""
     name = probe_references.closest_reference(fmt)
     if task.name != "coordinate_binding" or name is None:
         return {"format": fmt, "reference": None, "usable": False,
@@ -83,9 +85,43 @@ def calibration(task, level, fmt: str, readout: str, config: ReadoutConfig, trai
     if key not in calibrations:
         calibrations[key] = probe_references.calibrate_reference(name, task, level, config, train_task)
     ref = calibrations[key]
-    ratio = ref["readouts"][readout] / ref["best"]
-    return {"format": fmt, "reference": name, "best": ref["best"], "probe": ref["readouts"][readout],
-            "ratio": ratio, "usable": ratio >= CALIBRATION_GOAL}
+    return {"format": fmt, "reference": name, "best": ref["best"], "readouts": dict(ref["readouts"])}
+
+
+def settle(row: dict, calibration: dict) -> dict:
+    """`row` (a probed cell, its family's numbers in row["readouts"]) with its readout chosen and its
+    `calibration` completed: the member best on the probe's own validation sequences among those
+    that read the reference within the goal (on a tie, the first in the family's order), else the
+    family's best, whose number is then not usable."""
+    family = list(row["readouts"])
+    reads = calibration.get("readouts") or {}
+    calibrated = [n for n in family if n in reads and reads[n] / calibration["best"] >= CALIBRATION_GOAL]
+    chosen = max(calibrated or family, key=lambda n: (row["readouts"][n]["validation"], -family.index(n)))
+    member = row["readouts"][chosen]
+    row = {**row, "readout": chosen, "probe_accuracy": member["evaluation"],
+           "probe_validation_accuracy": member["validation"], "best_step": member["best_step"]}
+    if calibration.get("reference") is None:
+        return {**row, "calibration": calibration}
+    ratio = reads[chosen] / calibration["best"]
+    return {**row, "calibration": {**calibration, "probe": reads[chosen], "ratio": ratio,
+                                   "usable": ratio >= CALIBRATION_GOAL, "calibrated": calibrated}}
+
+
+def _resettled(row: dict, result: dict, calibrations: dict) -> dict:
+    """A stored row settled again by `settle`: a probe written before the choice was made among the
+    calibrated members stored only its readout's reading of the reference, the family's being in
+    `calibrations`; the numbers are the stored ones, only the choice among them is made again."""
+    stored = row.get("calibration")
+    if row.get("status") != PROBED or not isinstance(stored, dict) or not stored.get("reference"):
+        return row
+    if "readouts" not in stored:
+        cell = cell_from_dict(result["cell"])
+        task = cell.task_object()
+        key = calibration_key(task, task.validate_level(cell.train_level), stored["reference"])
+        if key not in calibrations:
+            return row
+        stored = {k: stored[k] for k in ("format", "reference", "best")} | {"readouts": dict(calibrations[key]["readouts"])}
+    return settle(row, stored)
 
 
 def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -111,10 +147,13 @@ def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[
 
 
 def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print,
-              tasks=None, leave_out=frozenset()) -> dict:
+              tasks=None, leave_out=frozenset(), calibrations_from=()) -> dict:
     """Probe every finished cell of a run directory (those of `labels`, `seeds` and `tasks` where
     given, none of `leave_out`: the learning-rate trials no report reads) and write
-    RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept.
+    RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept (their
+    readout chosen again among the calibrated members, `_resettled`). The reference calibrations of
+    the `calibrations_from` files (other runs' state_probe.json, of the same readout settings) are
+    taken rather than trained again: a calibration depends on the task, level and settings alone.
     The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
     A cell's weights are read from the run directory, else from the first of the `weights` folders
     that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
@@ -138,7 +177,16 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
               and (seeds is None or r["cell"]["seed"] in seeds) and (not tasks or r["cell"]["task"] in tasks)
               and r["cell_id"] not in leave_out]
     out = run_dir.state_probe_path
+    taken = {}
+    for other in calibrations_from:
+        other = Path(other)
+        if not other.is_file():
+            raise UsageError(f"--calibrations {str(other)!r} is not a file; give another run's state_probe.json")
+        taken.update(_previous(other, config)[1])
     done, calibrations = _previous(out, config)
+    calibrations = {**taken, **calibrations}
+    by_id = {r["cell_id"]: r for r in results}
+    done = {cid: _resettled(row, by_id[cid], calibrations) if cid in by_id else row for cid, row in done.items()}
     for result in chosen:
         cell_id = result["cell_id"]
         if done.get(cell_id, {}).get("status") in (PROBED, NO_STATE):
@@ -148,8 +196,9 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
         row = probe_cell(result, found[0] if found else None, config, calibrations)
         # Read again before writing: a second probe of the same run may have added rows meanwhile.
         done, earlier = _previous(out, config)
-        done[cell_id] = row
         calibrations = {**earlier, **calibrations}
+        done = {cid: _resettled(r, by_id[cid], calibrations) if cid in by_id else r for cid, r in done.items()}
+        done[cell_id] = row
         write_json(out, document(done.values(), config, calibrations))
         numbers = [f"{name} {row[key]:.3f}" for name, key in (("model", "accuracy"), ("probe", "probe_accuracy"))
                    if row[key] is not None]

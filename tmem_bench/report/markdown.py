@@ -182,9 +182,10 @@ def _state_probe(data: RunData) -> list[str]:
         return []
     out = ["", "## State probe", "",
            "A readout family trained on each memory's frozen final state to answer the queries from the state "
-           "alone, beside the model's own accuracy, and the calibration of the readout chosen: its accuracy on "
-           "the reference state of known content closest to the memory's format, against that state's best "
-           "possible read; a verdict reads a probe number only where the calibration is usable (state_probe.json):",
+           "alone, beside the model's own accuracy, and the calibration of the readout chosen (the best on the "
+           "probe's validation among those calibrated): its accuracy on the reference state of known content "
+           "closest to the memory's format, against that state's best possible read; a verdict reads a probe "
+           "number only where the calibration is usable (state_probe.json):",
            ""]
     records = [{**r, **({"calibration": _calibration(r["calibration"])} if "calibration" in r else {}),
                 **({"readouts": ", ".join(f"{k} {v['evaluation']:.3f}" for k, v in r["readouts"].items())}
