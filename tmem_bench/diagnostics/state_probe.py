@@ -210,8 +210,14 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
     for name, (readout, _, (score, step, weights)) in members.items():
         readout.load_state_dict(weights)
         report[name] = {"validation": score, "evaluation": accuracy(readout, evaluation), "best_step": step}
-    # The first in the family's order wins a tie, so the choice does not hang on dictionary order.
+    return {"status": PROBED, **chosen_readout(report), "state_floats": evaluation[0].shape[1], "readouts": report}
+
+
+def chosen_readout(report: dict[str, dict]) -> dict:
+    """The probe's number from its family's (`report`, member -> validation, evaluation, best_step,
+    in the family's order): the member best on the probe's own validation sequences, the first in
+    the family's order on a tie, so that the choice does not hang on which others were trained."""
+    names = list(report)
     chosen = max(names, key=lambda n: (report[n]["validation"], -names.index(n)))
-    return {"status": PROBED, "readout": chosen, "probe_accuracy": report[chosen]["evaluation"],
-            "probe_validation_accuracy": report[chosen]["validation"], "best_step": report[chosen]["best_step"],
-            "state_floats": evaluation[0].shape[1], "readouts": report}
+    return {"readout": chosen, "probe_accuracy": report[chosen]["evaluation"],
+            "probe_validation_accuracy": report[chosen]["validation"], "best_step": report[chosen]["best_step"]}

@@ -5,12 +5,11 @@ resumes where it stopped.
 
 Beside each probe number, its calibration: every member of the readout family trained the same
 way on the reference state closest to the memory's format (diagnostics/probe_references.py) at the
-same task and level, and its accuracy there against the reference's best possible read. The probe
-number is the member best on the probe's own validation sequences among those that read the
-reference within CALIBRATION_GOAL of its best (the family's best where none does), so that a
-number comes from a readout known to read that format; it is usable (`calibration.usable`) only
-where its member reaches the goal, and the verdicts read no other. Each reference's calibration is
-kept in the file once trained, and may be taken from another run's file of the same settings."""
+same task and level, and its accuracy there against the reference's best possible read. A probe
+number (the member best on the probe's own validation sequences) is usable (`calibration.usable`)
+only where a member of the family reads that reference within CALIBRATION_GOAL of its best; the
+verdicts read no other. Each reference's calibration is kept in the file once trained, and may be
+taken from another run's file of the same settings."""
 from __future__ import annotations
 
 import json
@@ -21,7 +20,8 @@ from pathlib import Path
 import torch
 
 from ..diagnostics import probe_references
-from ..diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model, probe_problem
+from ..diagnostics.state_probe import (NO_STATE, PROBED, ReadoutConfig, chosen_readout, describe_readout, probe_model,
+                                      probe_problem)
 from ..errors import UsageError
 from ..files import write_json
 from ..levels import level_key
@@ -89,28 +89,27 @@ def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibr
 
 
 def settle(row: dict, calibration: dict) -> dict:
-    """`row` (a probed cell, its family's numbers in row["readouts"]) with its readout chosen and its
-    `calibration` completed: the member best on the probe's own validation sequences among those
-    that read the reference within the goal (on a tie, the first in the family's order), else the
-    family's best, whose number is then not usable."""
-    family = list(row["readouts"])
-    reads = calibration.get("readouts") or {}
-    calibrated = [n for n in family if n in reads and reads[n] / calibration["best"] >= CALIBRATION_GOAL]
-    chosen = max(calibrated or family, key=lambda n: (row["readouts"][n]["validation"], -family.index(n)))
-    member = row["readouts"][chosen]
-    row = {**row, "readout": chosen, "probe_accuracy": member["evaluation"],
-           "probe_validation_accuracy": member["validation"], "best_step": member["best_step"]}
+    """`row` (a probed cell, every member's numbers in row["readouts"]) with its number the
+    chosen member's (`chosen_readout`) and its `calibration` completed: the family's read of the reference, its best member's (`member`, `probe`, `ratio`),
+    usable where that reaches the goal, beside the read of the member the probe chose
+    (`chosen_probe`). The probe number stays the member best on the probe's own validation
+    sequences: it reads this state at least as well as the calibrated member (on validation), so
+    where the family reads the format the number bounds what a format-fit read finds, and no member
+    can read what the state does not hold (constant and noise read at chance)."""
+    row = {**row, **chosen_readout(row["readouts"])}
     if calibration.get("reference") is None:
         return {**row, "calibration": calibration}
-    ratio = reads[chosen] / calibration["best"]
-    return {**row, "calibration": {**calibration, "probe": reads[chosen], "ratio": ratio,
-                                   "usable": ratio >= CALIBRATION_GOAL, "calibrated": calibrated}}
+    reads, family = calibration["readouts"], [n for n in row["readouts"] if n in calibration["readouts"]]
+    member = max(family, key=lambda n: (reads[n], -family.index(n)))  # on a tie, the first in the family's order
+    ratio = reads[member] / calibration["best"]
+    return {**row, "calibration": {**calibration, "member": member, "probe": reads[member], "ratio": ratio,
+                                   "usable": ratio >= CALIBRATION_GOAL, "chosen_probe": reads[row["readout"]]}}
 
 
 def _resettled(row: dict, result: dict, calibrations: dict) -> dict:
-    """A stored row settled again by `settle`: a probe written before the choice was made among the
-    calibrated members stored only its readout's reading of the reference, the family's being in
-    `calibrations`; the numbers are the stored ones, only the choice among them is made again."""
+    """A stored row settled again by `settle`: a probe written before the family's calibration was
+    read stored only its chosen member's reading of the reference, the family's being in
+    `calibrations`; the numbers are the stored ones."""
     stored = row.get("calibration")
     if row.get("status") != PROBED or not isinstance(stored, dict) or not stored.get("reference"):
         return row
@@ -151,7 +150,7 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     """Probe every finished cell of a run directory (those of `labels`, `seeds` and `tasks` where
     given, none of `leave_out`: the learning-rate trials no report reads) and write
     RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept (their
-    readout chosen again among the calibrated members, `_resettled`). The reference calibrations of
+    calibration completed from the file's, `_resettled`). The reference calibrations of
     the `calibrations_from` files (other runs' state_probe.json, of the same readout settings) are
     taken rather than trained again: a calibration depends on the task, level and settings alone.
     The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
@@ -227,8 +226,8 @@ ROW_FIELDS = {"label", "seed", "accuracy", "probe_accuracy", "chance", "status",
 
 def summary(doc: dict) -> list[list]:
     """[label, level, seeds, model accuracy, probe accuracy, readouts chosen, calibration] per label and
-    level, means over seeds; the calibration is the chosen readouts' reading of the closest reference
-    as a fraction of its best possible read (the lowest over seeds), or why there is none."""
+    level, means over seeds; the calibration is the family's reading of the closest reference (its
+    best member's) as a fraction of its best possible read (the lowest over seeds), or why there is none."""
     groups: dict[tuple, list[dict]] = {}
     for row in doc["rows"]:
         level = ",".join(f"{k}={v}" for k, v in row.items() if k not in ROW_FIELDS)

@@ -182,10 +182,10 @@ def _state_probe(data: RunData) -> list[str]:
         return []
     out = ["", "## State probe", "",
            "A readout family trained on each memory's frozen final state to answer the queries from the state "
-           "alone, beside the model's own accuracy, and the calibration of the readout chosen (the best on the "
-           "probe's validation among those calibrated): its accuracy on the reference state of known content "
-           "closest to the memory's format, against that state's best possible read; a verdict reads a probe "
-           "number only where the calibration is usable (state_probe.json):",
+           "alone (the member best on the probe's own validation sequences), beside the model's own accuracy, and "
+           "the family's calibration: its best member's accuracy on the reference state of known content closest "
+           "to the memory's format against that state's best possible read (and the chosen member's); a verdict "
+           "reads a probe number only where the calibration is usable (state_probe.json):",
            ""]
     records = [{**r, **({"calibration": _calibration(r["calibration"])} if "calibration" in r else {}),
                 **({"readouts": ", ".join(f"{k} {v['evaluation']:.3f}" for k, v in r["readouts"].items())}
@@ -201,7 +201,9 @@ def _state_probe(data: RunData) -> list[str]:
 def _calibration(c: dict) -> str:
     if not c.get("reference"):
         return f"none: {c.get('why', '?')}"
-    return (f"{c['reference']} {c['probe']:.3f} of {c['best']:.3f} ({c['ratio']:.0%}): "
+    member = f"{c['member']} " if c.get("member") else ""
+    chosen = f"; the chosen member {c['chosen_probe']:.3f}" if "chosen_probe" in c else ""
+    return (f"{c['reference']}: {member}{c['probe']:.3f} of {c['best']:.3f} ({c['ratio']:.0%}){chosen}: "
             f"{'usable' if c['usable'] else 'the probe cannot tell'}")
 
 
