@@ -49,37 +49,42 @@ def test_a_calibration_is_the_same_on_a_rerun():
 
 
 # The whole family at the probe's own budget, ten writes: what `tmem-bench probe --calibrate` prints
-# (docs/results.md, "State probe calibration"). Each reference's floor as a fraction of its best
-# possible read: the goal where the probe meets it, below it where it does not, by how much it read.
-MEETS_GOAL = ["slots", "slots_mixed", "slots_half", "kv_half", "voxel_half"]
-# Read, but below the goal at this budget (73% of the best for kv, 88-89% for the others): the
-# floors keep them from sliding further unnoticed.
-BELOW_GOAL = {"kv": 0.7, "kv_mixed": 0.85, "voxel": 0.85, "voxel_mixed": 0.85}
+# (docs/results.md, "State probe calibration"). A calibration is the family's: its best member's read
+# as a fraction of the reference's best possible read, the goal where the probe meets it, a floor
+# below it where it does not.
+MEETS_GOAL = ["slots", "slots_mixed", "slots_half", "kv_mixed", "kv_half", "voxel", "voxel_mixed", "voxel_half"]
+# Read, but below the goal at this budget (86% of its own read): the floor keeps it from sliding
+# further unnoticed.
+BELOW_GOAL = {"kv": 0.83}
 # No member reads these: a rotation of the whole flattened state leaves no rows to find, and the
-# dense vector is a random nonlinear mixing of every write (17-28% of the best). Should a probe
+# dense vector is a random nonlinear mixing of every write (18-46% of the best). Should a probe
 # come to read one, this fails, and the calibration table must be updated.
 UNREAD = ["slots_rotated", "kv_rotated", "dense", "dense_half"]
+
+
+def family_read(result) -> float:
+    return max(result["readouts"].values())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MEETS_GOAL)
 def test_the_references_the_probe_reads_are_read_within_their_goal(name):
     result = calibrate(name, 10, ReadoutConfig())
-    assert result["probe_accuracy"] >= CALIBRATION_GOAL * result["best"], result
+    assert family_read(result) >= CALIBRATION_GOAL * result["best"], result
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BELOW_GOAL)
 def test_the_references_read_below_their_goal_keep_their_floor(name):
     result = calibrate(name, 10, ReadoutConfig())
-    assert BELOW_GOAL[name] * result["best"] <= result["probe_accuracy"], result
+    assert BELOW_GOAL[name] * result["best"] <= family_read(result) < CALIBRATION_GOAL * result["best"], result
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", UNREAD)
 def test_the_references_no_member_reads_stay_far_below_their_goal(name):
     result = calibrate(name, 10, ReadoutConfig())
-    assert result["probe_accuracy"] < 0.5 * result["best"], result
+    assert family_read(result) < 0.5 * result["best"], result
 
 
 @pytest.mark.slow

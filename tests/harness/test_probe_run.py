@@ -158,7 +158,7 @@ def test_calibrate_prints_each_reference_beside_its_best_possible_read(capsys):
                  "--steps", "5", "--level", "n_writes=3,noise=0.05"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("coordinate_binding @ n_writes=3,noise=0.05, 5 steps")
-    assert out[1].split() == ["reference", "best", "kind", "gated", "attention", "chosen", "of", "best", "time"]
+    assert out[1].split() == ["reference", "best", "kind", "gated", "attention", "best", "member", "of", "best", "time"]
     slots, constant = out[2].split(), out[3].split()
     assert slots[:3] == ["slots", "1.000", "oracle"] and constant[:3] == ["constant", "0.031", "chance"]
     assert "goal" in out[2] and "goal" not in out[3]  # the goal is the information-complete references'

@@ -56,7 +56,9 @@ class ReadoutConfig:
     attention_width: int = 64
     attention_heads: int = 4
     learned_rows: int = 32  # rows a flat state is mapped to
-    steps: int = 600
+    # The budget at which the family reads the mixed key-value matrix and the grids within the
+    # calibration goal (docs/results.md#state-probe-calibration); fewer leave them "cannot tell".
+    steps: int = 1500
     batch_size: int = 32  # fresh training sequences per step
     queries: int = 16  # queries per training sequence, where the task takes an `n_queries` option
     lr: float = 1e-3
