@@ -203,7 +203,8 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
                    if row[key] is not None]
         if row.get("calibration", {}).get("reference"):
             c = row["calibration"]
-            numbers.append(f"{row['readout']} reads {c['reference']} at {c['probe']:.3f} of {c['best']:.3f}"
+            numbers.append(f"{row['readout']} chosen; the family reads {c['reference']} at {c['probe']:.3f} of "
+                           f"{c['best']:.3f} ({c['member']})"
                            f"{'' if c['usable'] else ': the probe cannot tell'}")
         say(f"{row['label']} seed {row['seed']} @ {level_key(result['cell']['train_level'])}: "
             f"{', '.join([row['status'], *numbers])} ({row['wall_time_s']:.0f} s)")
