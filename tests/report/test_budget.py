@@ -337,3 +337,6 @@ def test_a_budget_reason_says_where_the_state_probe_cannot_tell():
     assert "probe" not in point.describe()
     unread = Point(**{**vars(point), "probe_cannot_tell": 1})
     assert unread.describe().endswith("; the state probe cannot tell (calibration below its goal)")
+    empty = Point(**{**vars(point), "probe": 0.06, "probe_own": 0.052, "probe_seeds": 1})
+    assert empty.describe().endswith("learned nothing in 2,000 steps (1 of 1 seeds converged); the state probe "
+                                     "finds nothing either (the state probe answers 6.0%, the model 5.2%, 1 seed probed)")

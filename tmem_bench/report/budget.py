@@ -81,8 +81,10 @@ class Point:
         seeds = (f"convergence of {self.seeds} seeds not recorded" if unknown == self.seeds else
                  f"{self.converged} of {self.seeds} seeds converged" + (f", {unknown} unknown" if unknown else ""))
         described = f"{self.label + ' ' if named else ''}{self.where} {what} in {steps} steps ({seeds})"
-        # A probe that cannot tell is said where the point is, so that no reader takes its silence for a
-        # state found empty or full.
+        # What the probe found, or that it cannot tell, is said where the point is, so that no reader
+        # takes its silence for a state found empty or full.
+        if self.probe is not None:
+            return f"{described}; {self.probe_note()}"
         return described + ("; the state probe cannot tell (calibration below its goal)"
                             if self.probe_cannot_tell else "")
 
