@@ -193,7 +193,8 @@ def _state_probe(data: RunData) -> list[str]:
     facts = {k: v for k, v in probe.items() if not isinstance(v, (list, dict))}
     out += [f"- {k}: {_value(v)}" for k, v in facts.items()]
     if records:
-        header = sorted({k for r in records for k in r})  # rows without a state have fewer fields
+        # The fields in a probed row's order; rows without a state have fewer.
+        header = list(dict.fromkeys(k for r in sorted(records, key=len, reverse=True) for k in r))
         out += [""] * bool(facts) + [md_table(header, [[_value(r.get(k)) for k in header] for r in records])]
     return out
 
