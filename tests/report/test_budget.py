@@ -340,3 +340,26 @@ def test_a_budget_reason_says_where_the_state_probe_cannot_tell():
     empty = Point(**{**vars(point), "probe": 0.06, "probe_own": 0.052, "probe_seeds": 1})
     assert empty.describe().endswith("learned nothing in 2,000 steps (1 of 1 seeds converged); the state probe "
                                      "finds nothing either (the state probe answers 6.0%, the model 5.2%, 1 seed probed)")
+
+
+def test_a_probe_reading_clearly_less_than_the_model_cannot_call_the_state_full():
+    """The model reads its state at 87%: a probe at 54% under-reads it, so its doing no better than
+    the model says nothing of whether the state is full."""
+    from tmem_bench.report.budget import Point
+
+    base = dict(label="ssm", where="at n_writes=10", steps=(2000,), seeds=3, converged=3, not_converged=0,
+                nothing_learned=False, probe_own=0.87, probe_seeds=3)
+    under = Point(**base, probe=0.54, under_read=True)
+    assert under.probe_note().startswith("the state probe reads less than the model, so it under-reads this state")
+    assert "full" not in under.probe_note()
+    close = Point(**base, probe=0.80)
+    assert close.probe_note().startswith("the state probe does no better: full as far as it can tell")
+
+
+def test_a_run_whose_probe_under_reads_the_state_does_not_say_it_is_full(tmp_path):
+    accuracies = {5: 0.95, 20: 0.90, 40: 0.40}
+    capacity, saturation = _probed_capacity_run(tmp_path, accuracies, {5: 0.90, 20: 0.80, 40: 0.20})
+    assert capacity.verdict == REFUTED
+    assert "under-reads this state and cannot tell (the state probe answers 20.0%" in capacity.reason
+    assert "full as far as it can tell" not in capacity.reason
+    assert any("under-reads" in e["state probe at 40"] for e in saturation.evidence)

@@ -11,8 +11,9 @@ A model at chance whose information reach finds no path from the evidence to the
 initialisation and trained) is blind by construction, not short of steps: that point counts.
 Where the state probe was run (state_probe.json), a point whose state answers clearly more than
 the model does (claims.toml's [state_probe]) did not learn to read its state: it cannot say the
-state is full, and is the budget's too; one where the probe does no better says the state is full
-as far as a readout of the probe's capacity can tell."""
+state is full, and is the budget's too; one where the probe reads clearly less than the model
+under-reads that state and cannot tell; one where it does about as well says the state is full as
+far as a readout of the probe's capacity can tell."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class Point:
     probe_own: float | None = None
     probe_seeds: int = 0
     read_not_learned: bool = False
+    under_read: bool = False  # the probe reads clearly less than the model: it cannot tell either way
     # Seeds probed whose probe cannot tell: its readout reads the closest reference state below the
     # calibration goal (harness/probe_run.py), so no verdict reads its number.
     probe_cannot_tell: int = 0
@@ -70,6 +72,8 @@ class Point:
             return f"did not learn to read its state ({numbers})"
         if self.nothing_learned:  # a state the model never learned to write says nothing of its capacity
             return f"the state probe finds nothing either ({numbers})"
+        if self.under_read:
+            return f"the state probe reads less than the model, so it under-reads this state and cannot tell ({numbers})"
         return f"the state probe does no better: full as far as it can tell ({numbers})"
 
     def describe(self, named: bool = True) -> str:
@@ -116,6 +120,7 @@ def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bo
             probe = {"probe": float(per_seed(probed, "probe_accuracy").mean()),
                      "probe_own": float(per_seed(probed).mean()), "probe_seeds": int(probed["seed"].nunique())}
             probe["read_not_learned"] = load_probe().read_not_learned(probe["probe"], probe["probe_own"])
+            probe["under_read"] = load_probe().under_reads(probe["probe"], probe["probe_own"])
         elif "probe_cannot_tell" in rows_ and rows_["probe_cannot_tell"].any():
             probe = {"probe_cannot_tell": int(rows_.loc[rows_["probe_cannot_tell"].astype(bool), "seed"].nunique())}
     return Point(

@@ -112,6 +112,11 @@ class ProbeSpec:
         """The state holds what the model does not read: the probe at least `answers_margin` above it."""
         return probe >= accuracy + self.answers_margin - EPS
 
+    def under_reads(self, probe: float, accuracy: float) -> bool:
+        """The probe reads at least `answers_margin` less than the model reads from the same state:
+        the model shows the state holds more than the probe found, so the probe cannot say it is full."""
+        return probe <= accuracy - self.answers_margin + EPS
+
 
 @cache
 def load_probe() -> ProbeSpec:
