@@ -113,6 +113,11 @@ def test_a_probe_reads_only_the_tasks_asked_and_never_a_cell_left_out(tiny_run, 
     assert [r["cell_id"] for r in doc["rows"]] == [lstm[1]]
     with pytest.raises(UsageError, match="--tasks: no cells of occlusion .* its tasks: coordinate_binding"):
         probe_run(run, config=TINY, tasks=["occlusion"])
+    assert probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None, levels=["n_writes=4,noise=0.05"],
+                     leave_out={lstm[0]})["rows"] == doc["rows"]
+    with pytest.raises(UsageError, match="--train-level: no cells trained at n_writes=5,noise=0.05 .* its levels: "
+                                         "n_writes=4,noise=0.05"):
+        probe_run(run, config=TINY, levels=["n_writes=5,noise=0.05"])
 
 
 def test_the_command_skips_the_learning_rate_trials_no_report_reads(tmp_path):

@@ -29,6 +29,9 @@ def add_probe_parser(sub, debug) -> None:
     probe.add_argument("--models", metavar="LABELS", help="comma-separated labels to probe (default: every model)")
     probe.add_argument("--seed-list", metavar="S1,S2,...", help="the seeds to probe, e.g. 0,2 (default: every seed)")
     probe.add_argument("--tasks", metavar="TASKS", help="comma-separated tasks to probe (default: every task)")
+    probe.add_argument("--train-level", action="append", metavar="AXIS=V,...",
+                       help="probe only the cells trained at this level, as the report names it, e.g. "
+                            "n_writes=20,noise=0.05 (repeatable; default: every level)")
     probe.add_argument("--calibrations", action="append", default=[], metavar="FILE",
                        help="another run's state_probe.json of the same readout settings whose reference "
                             "calibrations to take rather than train again (repeatable)")
@@ -96,7 +99,7 @@ def cmd_probe(args) -> int:
         doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),
                         seeds=seeds, config=config, say=lambda line: print(line, file=sys.stderr),
                         tasks=_list("--tasks", args.tasks), leave_out=left_out,
-                        calibrations_from=args.calibrations)
+                        calibrations_from=args.calibrations, levels=args.train_level)
     except ValueError as e:  # a weights file that is truncated or does not fit its model: load_weights names it
         raise UsageError(f"{args.run_dir}: {e}; that cell cannot be probed (remove or replace its weights)") from None
     print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}  {'readout':<16} calibration")

@@ -146,9 +146,9 @@ def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[
 
 
 def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print,
-              tasks=None, leave_out=frozenset(), calibrations_from=()) -> dict:
-    """Probe every finished cell of a run directory (those of `labels`, `seeds` and `tasks` where
-    given, none of `leave_out`: the learning-rate trials no report reads) and write
+              tasks=None, leave_out=frozenset(), calibrations_from=(), levels=None) -> dict:
+    """Probe every finished cell of a run directory (those of `labels`, `seeds`, `tasks` and
+    training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no report reads) and write
     RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept (their
     calibration completed from the file's, `_resettled`). The reference calibrations of
     the `calibrations_from` files (other runs' state_probe.json, of the same readout settings) are
@@ -172,7 +172,12 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     if unknown:
         raise UsageError(f"--tasks: no cells of {', '.join(unknown)} in {run_dir}; its tasks: "
                          f"{', '.join(sorted({r['cell']['task'] for r in results}))}")
+    unknown = sorted(set(levels or ()) - {level_key(r["cell"]["train_level"]) for r in results})
+    if unknown:
+        raise UsageError(f"--train-level: no cells trained at {'; '.join(unknown)} in {run_dir}; its levels: "
+                         f"{'; '.join(sorted({level_key(r['cell']['train_level']) for r in results}))}")
     chosen = [r for r in results if (not labels or r["cell"]["label"] in labels)
+              and (not levels or level_key(r["cell"]["train_level"]) in levels)
               and (seeds is None or r["cell"]["seed"] in seeds) and (not tasks or r["cell"]["task"] in tasks)
               and r["cell_id"] not in leave_out]
     out = run_dir.state_probe_path
