@@ -65,7 +65,8 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibr
         row.update(probe_model(model, task, level, eval_batch, config, train_task))
         row["wall_time_s"] = time.perf_counter() - start
         fmt = probe_references.state_format(cell.model, model.backbone, state)
-        row = settle(row, calibration(task, level, fmt, config, train_task, {} if calibrations is None else calibrations))
+        row = settle(row, calibration(task, level, fmt, config, train_task,
+                                      {} if calibrations is None else calibrations))
     return {**row, "wall_time_s": row.get("wall_time_s", time.perf_counter() - start), "cell_id": result["cell_id"]}
 
 
@@ -89,13 +90,13 @@ def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibr
 
 
 def settle(row: dict, calibration: dict) -> dict:
-    """`row` (a probed cell, every member's numbers in row["readouts"]) with its number the
-    chosen member's (`chosen_readout`) and its `calibration` completed: the family's read of the reference, its best member's (`member`, `probe`, `ratio`),
-    usable where that reaches the goal, beside the read of the member the probe chose
-    (`chosen_probe`). The probe number stays the member best on the probe's own validation
-    sequences: it reads this state at least as well as the calibrated member (on validation), so
-    where the family reads the format the number bounds what a format-fit read finds, and no member
-    can read what the state does not hold (constant and noise read at chance)."""
+    """`row` (a probed cell, every member's numbers in row["readouts"]) with its number the chosen
+    member's (`chosen_readout`) and its `calibration` completed: the family's read of the reference,
+    its best member's (`member`, `probe`, `ratio`), usable where that reaches the goal, beside the
+    chosen member's (`chosen_probe`). The chosen member reads this state at least as well as the
+    calibrated one (on the probe's validation sequences), so where the family reads the format the
+    number bounds what a format-fit read finds; no member reads what a state does not hold
+    (constant and noise read at chance)."""
     row = {**row, **chosen_readout(row["readouts"])}
     if calibration.get("reference") is None:
         return {**row, "calibration": calibration}
@@ -119,7 +120,8 @@ def _resettled(row: dict, result: dict, calibrations: dict) -> dict:
         key = calibration_key(task, task.validate_level(cell.train_level), stored["reference"])
         if key not in calibrations:
             return row
-        stored = {k: stored[k] for k in ("format", "reference", "best")} | {"readouts": dict(calibrations[key]["readouts"])}
+        stored = {**{k: stored[k] for k in ("format", "reference", "best")},
+                  "readouts": dict(calibrations[key]["readouts"])}
     return settle(row, stored)
 
 
@@ -148,9 +150,9 @@ def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[
 def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print,
               tasks=None, leave_out=frozenset(), calibrations_from=(), levels=None) -> dict:
     """Probe every finished cell of a run directory (those of `labels`, `seeds`, `tasks` and
-    training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no report reads) and write
-    RUN_DIR/state_probe.json after each; cells already probed with the same readout are kept (their
-    calibration completed from the file's, `_resettled`). The reference calibrations of
+    training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no
+    report reads) and write RUN_DIR/state_probe.json after each; cells already probed with the same
+    readout are kept (their calibration completed from the file's, `_resettled`). The reference calibrations of
     the `calibrations_from` files (other runs' state_probe.json, of the same readout settings) are
     taken rather than trained again: a calibration depends on the task, level and settings alone.
     The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).

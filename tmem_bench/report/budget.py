@@ -73,7 +73,8 @@ class Point:
         if self.nothing_learned:  # a state the model never learned to write says nothing of its capacity
             return f"the state probe finds nothing either ({numbers})"
         if self.under_read:
-            return f"the state probe reads less than the model, so it under-reads this state and cannot tell ({numbers})"
+            return ("the state probe reads less than the model, so it under-reads this state and cannot tell "
+                    f"({numbers})")
         return f"the state probe does no better: full as far as it can tell ({numbers})"
 
     def describe(self, named: bool = True) -> str:
