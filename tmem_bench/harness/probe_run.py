@@ -152,9 +152,10 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     """Probe every finished cell of a run directory (those of `labels`, `seeds`, `tasks` and
     training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no
     report reads) and write RUN_DIR/state_probe.json after each; cells already probed with the same
-    readout are kept (their calibration completed from the file's, `_resettled`). The reference calibrations of
-    the `calibrations_from` files (other runs' state_probe.json, of the same readout settings) are
-    taken rather than trained again: a calibration depends on the task, level and settings alone.
+    readout are kept (their calibration completed from the file's, `_resettled`). The reference
+    calibrations of the `calibrations_from` files (other runs' state_probe.json, of the same readout
+    settings) are taken rather than trained again: a calibration depends on the task, level and
+    settings alone.
     The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
     A cell's weights are read from the run directory, else from the first of the `weights` folders
     that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
