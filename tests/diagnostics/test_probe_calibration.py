@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 
-from tmem_bench.diagnostics.probe_references import calibrate_reference
+from tmem_bench.diagnostics.probe_references import BY_NAME, calibrate_reference
 from tmem_bench.diagnostics.state_probe import ReadoutConfig
 from tmem_bench.harness.probe_run import CALIBRATION_GOAL
 from tmem_bench.registry import get_task
@@ -46,6 +47,18 @@ def test_constant_and_noise_states_are_read_at_chance(name):
 def test_a_calibration_is_the_same_on_a_rerun():
     config = replace(FAST, readouts=("gated", "attention"), steps=20, validate_every=10)
     assert calibrate("slots_half", 3, config) == calibrate("slots_half", 3, config)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_every_reference_is_calibrated_on_cuda_against_the_best_read_of_the_cpu():
+    level = TASK.validate_level({"n_writes": 3, "noise": 0.05})
+    config = replace(FAST, steps=20, validate_every=10)
+    for name in BY_NAME:
+        on_cuda = calibrate_reference(name, TASK, level, config, TRAIN, torch.device("cuda"))
+        assert on_cuda["hardware"] == torch.cuda.get_device_name()
+        assert on_cuda["best"] == calibrate_reference(name, TASK, level, replace(config, steps=1), TRAIN)["best"]
+        assert set(on_cuda["readouts"]) == set(config.readouts)
+        assert all(0.0 <= acc <= 1.0 for acc in on_cuda["readouts"].values())
 
 
 # The whole family at the probe's own budget, ten writes: what `tmem-bench probe --calibrate` prints

@@ -15,7 +15,8 @@ import torch.nn as nn
 from tmem_bench.contracts.model import TaskModel
 from tmem_bench.contracts.task import Adapter, Task
 from tmem_bench.diagnostics.probe_readouts import READOUTS
-from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig, describe_readout, probe_model
+from tmem_bench.diagnostics.state_probe import (NO_STATE, PROBED, ReadoutConfig, StateReader, describe_readout,
+                                                probe_model)
 from tmem_bench.errors import UsageError
 from tmem_bench.registry import get_backbone
 
@@ -33,7 +34,8 @@ class LookupAdapter(Adapter):
         slots = nn.functional.one_hot(torch.cat([batch["slots"], batch["asked"]], 1), SLOTS).float()
         values = nn.functional.one_hot(batch["values"], VALUES).float()
         values = torch.cat([values, values.new_zeros(values.shape[0], QUERIES, VALUES)], 1)
-        is_query = (torch.arange(WRITES + QUERIES) >= WRITES).float().expand(slots.shape[0], -1)[..., None]
+        is_query = (torch.arange(WRITES + QUERIES, device=slots.device) >= WRITES).float()
+        is_query = is_query.expand(slots.shape[0], -1)[..., None]
         return torch.cat([slots, values, is_query], dim=-1)  # (B, W + Q, SLOTS + VALUES + 1)
 
 
@@ -71,10 +73,10 @@ class ConstantState(ExactSlots):
         return {"slots": torch.ones(x.shape[0], SLOTS, VALUES)}
 
 
-def probe(backbone, config=SMALL):
+def probe(backbone, config=SMALL, device=torch.device("cpu")):
     task = Lookup()
     eval_batch = task.sample({}, 512, torch.Generator().manual_seed(123))
-    return probe_model(TaskModel(task.make_adapter(0), backbone), task, {}, eval_batch, config)
+    return probe_model(TaskModel(task.make_adapter(0), backbone), task, {}, eval_batch, config, device=device)
 
 
 def test_the_probe_answers_every_query_from_a_state_that_holds_each_value_at_its_key():
@@ -87,6 +89,27 @@ def test_the_probe_is_at_chance_from_a_constant_state():
     result = probe(ConstantState())
     # 2,048 queries: four standard deviations of a binomial at chance are 0.03.
     assert abs(result["probe_accuracy"] - 1 / VALUES) < 0.03
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@CUDA
+def test_on_cuda_the_probe_reads_the_states_and_queries_it_reads_on_the_cpu():
+    task = Lookup()
+    model = TaskModel(task.make_adapter(0), ExactSlots())
+    batch = task.sample({}, 64, torch.Generator().manual_seed(5))
+    on_cpu = StateReader(model, task, {}, torch.device("cpu"))(batch)
+    on_cuda = StateReader(model.to("cuda"), task, {}, torch.device("cuda"))(batch)
+    for cpu, cuda in zip(on_cpu, on_cuda):
+        assert cuda.is_cuda and torch.allclose(cpu, cuda.cpu())
+
+
+@CUDA
+def test_on_cuda_the_probe_answers_every_query_from_an_exact_state_and_none_from_a_constant():
+    cuda = torch.device("cuda")
+    assert probe(ExactSlots(), device=cuda)["probe_accuracy"] == 1.0
+    assert abs(probe(ConstantState(), device=cuda)["probe_accuracy"] - 1 / VALUES) < 0.03
 
 
 def test_the_probe_is_deterministic_for_its_seed():

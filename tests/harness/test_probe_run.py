@@ -7,8 +7,10 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from tmem_bench.cli import main
+from tmem_bench.contracts.device import hardware, resolve_device
 from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig
 from tmem_bench.errors import UsageError
 from tmem_bench.harness import probe_run as probe_run_module
@@ -39,6 +41,7 @@ def test_a_run_is_probed_into_state_probe_json_and_resumed(tiny_run, capsys, mon
     for lstm in by_label["lstm"]:
         assert lstm["status"] == PROBED and 0.0 <= lstm["probe_accuracy"] <= 1.0 and lstm["n_writes"] == 4
         assert lstm["readout"] in ("gated", "rows_linear") and set(lstm["readouts"]) == {"gated", "rows_linear"}
+        assert lstm["hardware"] == hardware(resolve_device("auto"))  # the command's default device
         # Its calibration: the family on the reference of its format (lstm: a dense vector), at its level.
         calibration = lstm["calibration"]
         assert (calibration["format"], calibration["reference"]) == ("dense", "dense")
@@ -144,6 +147,26 @@ def test_bad_probe_arguments_are_one_line(tiny_run, capsys, args, needle):
     assert main(["probe", str(tiny_run), *args]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_asked_where_there_is_none_is_one_line(tiny_run, capsys):
+    assert main(["probe", str(tiny_run), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: no CUDA device is available here; allowed: auto, cpu" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_run_probed_on_cuda_names_the_gpu_in_each_row(tiny_run, tmp_path):
+    run = tmp_path / "cuda"
+    shutil.copytree(tiny_run, run)
+    (run / "state_probe.json").unlink(missing_ok=True)
+    doc = probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None, device=torch.device("cuda"))
+    gpu = torch.cuda.get_device_name()
+    assert [r["hardware"] for r in doc["rows"]] == [gpu, gpu]
+    assert all(r["status"] == PROBED and 0.0 <= r["probe_accuracy"] <= 1.0 for r in doc["rows"])
+    assert [c["hardware"] for c in doc["calibrations"].values()] == [gpu, gpu]
 
 
 @pytest.mark.parametrize("args, needle", [

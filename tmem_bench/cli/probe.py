@@ -37,6 +37,9 @@ def add_probe_parser(sub, debug) -> None:
                             "calibrations to take rather than train again (repeatable)")
     probe.add_argument("--steps", metavar="N",
                        help="readout training steps (default: the readout's own, which state_probe.json records)")
+    probe.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                       help="where the frozen models run and the readouts train; auto picks CUDA when available "
+                            "(each row of state_probe.json names the hardware that computed it)")
 
 
 def _list(flag: str, text: str | None, cast=str):
@@ -77,8 +80,14 @@ def _check_run(run_dir: str, seeds: list[int] | None) -> set[str]:
 def cmd_probe(args) -> int:
     from dataclasses import replace
 
+    import torch
+
+    from ..contracts.device import resolve_device
     from ..diagnostics.state_probe import ReadoutConfig
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
+    device = resolve_device(args.device)
     config = ReadoutConfig()
     if args.steps is not None:
         config = replace(config, steps=check_int("--steps", args.steps))
@@ -88,7 +97,7 @@ def cmd_probe(args) -> int:
     if args.calibrate:
         if args.run_dir is not None:
             raise UsageError("--calibrate probes the reference states, not a run; give no RUN_DIR with it")
-        return _calibrate(args, config)
+        return _calibrate(args, config, device)
     if args.run_dir is None:
         raise UsageError("give a RUN_DIR to probe, or --calibrate")
     from ..harness.probe_run import probe_run, summary
@@ -99,7 +108,7 @@ def cmd_probe(args) -> int:
         doc = probe_run(args.run_dir, weights=args.weights, labels=_list("--models", args.models),
                         seeds=seeds, config=config, say=lambda line: print(line, file=sys.stderr),
                         tasks=_list("--tasks", args.tasks), leave_out=left_out,
-                        calibrations_from=args.calibrations, levels=args.train_level)
+                        calibrations_from=args.calibrations, levels=args.train_level, device=device)
     except ValueError as e:  # a weights file that is truncated or does not fit its model: load_weights names it
         raise UsageError(f"{args.run_dir}: {e}; that cell cannot be probed (remove or replace its weights)") from None
     print(f"{'label':<16} {'level':<24} {'cells':>5} {'model':>7} {'probe':>7}  {'readout':<16} calibration")
@@ -111,7 +120,8 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def _calibrate(args, config) -> int:
+def _calibrate(args, config, device) -> int:
+    from ..contracts.device import hardware
     from ..diagnostics.probe_references import BY_NAME, calibrate_reference
     from ..harness.probe_run import CALIBRATION_GOAL
     from ..registry import get_task
@@ -132,12 +142,12 @@ def _calibrate(args, config) -> int:
     train_task = get_task("coordinate_binding", block_queries=True, n_queries=config.queries)
     columns = list(config.readouts)
     print(f"coordinate_binding @ {','.join(f'{k}={v}' for k, v in level.items())}, {config.steps} steps of "
-          f"{config.batch_size} sequences per readout, readout seed {config.seed}")
+          f"{config.batch_size} sequences per readout, readout seed {config.seed}, on {device} ({hardware(device)})")
     print(f"{'reference':<14} {'best':>6} {'kind':<9} " + " ".join(f"{c:>15}" for c in columns)
           + f"  {'best member':<15} {'of best':>7} {'time':>6}")
     for name in names:
         start = time.perf_counter()
-        r = calibrate_reference(name, task, level, config, train_task)
+        r = calibrate_reference(name, task, level, config, train_task, device)
         seconds = time.perf_counter() - start
         cells = [f"{r['readouts'][c]:.3f}" if c in r["readouts"] else "n/a" for c in columns]
         # The family's read, as a probed cell's calibration takes it (probe_run.settle): its best member's.

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..contracts.device import hardware
 from ..contracts.model import TaskModel
 from ..contracts.task import Adapter, Batch, Task
 from ..levels import Level
@@ -180,11 +181,11 @@ class ReferenceMemory(nn.Module):
         B, W = keys.shape[:2]
         keep = self.kept(W).to(x.device)
         if self.ref.name == "constant":
-            return {"state": torch.ones(B, 64)}
+            return {"state": torch.ones(B, 64, device=x.device)}
         if self.ref.name == "noise":
             # Fresh for every sequence yet the same on every rerun: drawn from a seed the tokens give.
             seed = int(x.double().abs().sum().item() * 1e6) % 2**31
-            return {"state": torch.randn(B, 64, generator=torch.Generator().manual_seed(seed))}
+            return {"state": torch.randn(B, 64, generator=torch.Generator().manual_seed(seed)).to(x.device)}
         fmt = self.ref.format
         if fmt == "slots":
             rows = torch.cat([keys, onehot], -1) * keep[None, :, None]  # (B, W, 3 + n)
@@ -257,15 +258,18 @@ def reference_model(name: str, task: Task, level: Level) -> TaskModel:
 CALIBRATION_EVAL_SIZE = 2048  # sequences of the task's evaluation set the references are scored on
 
 
-def calibrate_reference(name: str, task: Task, level: Level, config, train_task: Task | None = None) -> dict:
-    """The probe (every readout of `config`) on reference `name`: {"reference", "best", "best_kind",
-    "complete", "readout", "probe_accuracy", "readouts"}, each member's accuracy on the evaluation
-    sequences beside the reference's best possible read of the same sequences."""
+def calibrate_reference(name: str, task: Task, level: Level, config, train_task: Task | None = None,
+                        device: torch.device = torch.device("cpu")) -> dict:
+    """The probe (every readout of `config`, trained on `device`) on reference `name`: {"reference",
+    "best", "best_kind", "complete", "readout", "probe_accuracy", "readouts", "hardware"}, each
+    member's accuracy on the evaluation sequences beside the reference's best possible read of the
+    same sequences (computed on the CPU)."""
     ref = reference(name)
     model = reference_model(name, task, level)
     eval_batch, _ = task.eval_set(level, CALIBRATION_EVAL_SIZE)
-    result = probe_model(model, task, level, eval_batch, config, train_task)
-    return {"reference": name, "format": ref.format, "best": model.backbone.best_read(task, eval_batch),
+    best = model.backbone.best_read(task, eval_batch)
+    result = probe_model(model, task, level, eval_batch, config, train_task, device)
+    return {"reference": name, "format": ref.format, "best": best,
             "best_kind": ref.best_kind, "complete": ref.complete, "readout": result["readout"],
             "probe_accuracy": result["probe_accuracy"],
-            "readouts": {k: v["evaluation"] for k, v in result["readouts"].items()}}
+            "readouts": {k: v["evaluation"] for k, v in result["readouts"].items()}, "hardware": hardware(device)}

@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..contracts.device import to_device
 from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, Batch, Task, split_batch
 from ..errors import UsageError
@@ -118,10 +119,11 @@ def probe_problem(task: Task, level: Level, batch: Batch) -> str | None:
 
 
 class StateReader:
-    """A frozen model's state after the evidence of a batch, and the batch's query tokens."""
+    """A frozen model's state after the evidence of a batch, and the batch's query tokens, on the
+    model's device (batches are drawn on the CPU, so the same seed draws the same sequences anywhere)."""
 
-    def __init__(self, model: TaskModel, task: Task, level: Level):
-        self.model, self.task, self.level = model.eval(), task, level
+    def __init__(self, model: TaskModel, task: Task, level: Level, device: torch.device):
+        self.model, self.task, self.level, self.device = model.eval(), task, level, device
 
         self.layout: Layout | None = None  # the state tensors' shapes without the batch, once read
 
@@ -130,19 +132,22 @@ class StateReader:
         """(states (B, n), queries (B, Q, d), targets (B, Q)), or None without a state to probe."""
         evidence, answers = self.task.reach_positions(self.level, batch)
         length = int(evidence.nonzero().max()) + 1
+        answers = answers.to(self.device)
         states, queries = [], []
         for part in split_batch(batch, 512):
+            part = to_device(part, self.device)
             state = self.model.memory_state(part, length)
             if not state:
                 return None
             self.layout = [tuple(state[name].shape[1:]) for name in sorted(state)]
-            states.append(torch.cat([state[name].flatten(1).float() for name in sorted(state)], dim=1))
+            # A plug-in may hand back its state where it built it rather than where the model runs.
+            states.append(torch.cat([state[name].flatten(1).float().to(self.device) for name in sorted(state)], dim=1))
             queries.append(self.model.adapter(part)[:, answers])
         queries = torch.cat(queries)
         if queries.shape[1] != batch["target"].shape[1]:
             raise ValueError(f"task {self.task.name!r} marks {queries.shape[1]} answer tokens for "
                              f"{batch['target'].shape[1]} targets; the probe needs one answer token per target")
-        return torch.cat(states), queries, batch["target"]
+        return torch.cat(states), queries, batch["target"].to(self.device)
 
 
 class Standardise:
@@ -167,20 +172,23 @@ def accuracy(readout: nn.Module, data) -> float:
 
 
 def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, config: ReadoutConfig,
-                train_task: Task | None = None) -> dict:
+                train_task: Task | None = None, device: torch.device = torch.device("cpu")) -> dict:
     """Train every readout of the family on `model`'s frozen states at `level`, choose the best on the
     probe's validation sequences and score it on `eval_batch`: {"status", "readout", "probe_accuracy",
     "probe_validation_accuracy", "best_step", "state_floats", "readouts"}, the last every member's
     {"validation", "evaluation", "best_step"}. `train_task` (default `task`) draws the training
-    sequences, with more queries each where it can."""
+    sequences, with more queries each where it can. The model is moved to `device`, where the
+    readouts train; each readout is initialised on the CPU, so that its starting weights are the
+    same on every device."""
     if task.reach_positions(level, eval_batch) is None:
         return {"status": f"not probed: task {task.name!r} marks no evidence and answer tokens"}
     train_task = train_task or task
-    read = StateReader(model, task, level)
+    model.to(device)
+    read = StateReader(model, task, level, device)
     evaluation = read(eval_batch)
     if evaluation is None:
         return {"status": NO_STATE}
-    draw = StateReader(model, train_task, level)
+    draw = StateReader(model, train_task, level, device)
     standardise = Standardise(*draw(train_task.sample(
         level, 1024, torch.Generator().manual_seed(probe_seed(task, level, "calibration"))))[:2])
     validation = standardise(read(task.sample(
@@ -191,7 +199,7 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
     members = {}
     for name in names:
         torch.manual_seed(config.seed)  # every member starts from the same seed, whichever others are trained
-        readout = build_readout(name, read.layout, evaluation[1].shape[2], task.n_classes, config)
+        readout = build_readout(name, read.layout, evaluation[1].shape[2], task.n_classes, config).to(device)
         optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         members[name] = [readout, optimizer, (-1.0, 0, None)]
     generator = torch.Generator().manual_seed(probe_seed(task, level, "train"))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..contracts.device import hardware
 from ..diagnostics import probe_references
 from ..diagnostics.state_probe import (NO_STATE, PROBED, ReadoutConfig, chosen_readout, describe_readout, probe_model,
                                       probe_problem)
@@ -35,10 +36,11 @@ SCHEMA = 2
 CALIBRATION_GOAL = 0.9  # a probe number is read only where its readout reads the closest reference this well
 
 
-def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibrations: dict | None = None) -> dict:
-    """One stored cell probed at the level it was trained at: its row of state_probe.json.
-    `calibrations` (by `calibration_key`) holds the references' calibrations trained so far, and
-    gains the one this cell needed."""
+def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibrations: dict | None = None,
+               device: torch.device = torch.device("cpu")) -> dict:
+    """One stored cell probed on `device` at the level it was trained at: its row of
+    state_probe.json, naming what computed it (`hardware`). `calibrations` (by `calibration_key`)
+    holds the references' calibrations trained so far, and gains the one this cell needed."""
 
     start = time.perf_counter()
     cell = cell_from_dict(result["cell"])
@@ -62,11 +64,11 @@ def probe_cell(result: dict, weights: Path | None, config: ReadoutConfig, calibr
         if "n_queries" in task.options():
             train_task = get_task(cell.task, **{**cell.task_options, "n_queries": config.queries})
         eval_batch, _ = task.eval_set(level, cell.train["eval_size"])
-        row.update(probe_model(model, task, level, eval_batch, config, train_task))
-        row["wall_time_s"] = time.perf_counter() - start
+        row.update(probe_model(model, task, level, eval_batch, config, train_task, device))
+        row["wall_time_s"], row["hardware"] = time.perf_counter() - start, hardware(device)
         fmt = probe_references.state_format(cell.model, model.backbone, state)
         row = settle(row, calibration(task, level, fmt, config, train_task,
-                                      {} if calibrations is None else calibrations))
+                                      {} if calibrations is None else calibrations, device))
     return {**row, "wall_time_s": row.get("wall_time_s", time.perf_counter() - start), "cell_id": result["cell_id"]}
 
 
@@ -75,16 +77,17 @@ def calibration_key(task, level, name: str) -> str:
     return f"{task.name}[{options}]@{level_key(level)}|{name}"
 
 
-def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibrations: dict) -> dict:
+def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibrations: dict,
+                device: torch.device = torch.device("cpu")) -> dict:
     """How well each readout reads the reference closest to format `fmt` at this task and level,
-    training the reference (every readout) where `calibrations` lacks it."""
+    training the reference (every readout, on `device`) where `calibrations` lacks it."""
     name = probe_references.closest_reference(fmt)
     if task.name != "coordinate_binding" or name is None:
         return {"format": fmt, "reference": None, "usable": False,
                 "why": f"no reference states for task {task.name!r}" if name else f"no reference of format {fmt!r}"}
     key = calibration_key(task, level, name)
     if key not in calibrations:
-        calibrations[key] = probe_references.calibrate_reference(name, task, level, config, train_task)
+        calibrations[key] = probe_references.calibrate_reference(name, task, level, config, train_task, device)
     ref = calibrations[key]
     return {"format": fmt, "reference": name, "best": ref["best"], "readouts": dict(ref["readouts"])}
 
@@ -148,14 +151,15 @@ def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[
 
 
 def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print,
-              tasks=None, leave_out=frozenset(), calibrations_from=(), levels=None) -> dict:
+              tasks=None, leave_out=frozenset(), calibrations_from=(), levels=None,
+              device: torch.device = torch.device("cpu")) -> dict:
     """Probe every finished cell of a run directory (those of `labels`, `seeds`, `tasks` and
     training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no
     report reads) and write RUN_DIR/state_probe.json after each; cells already probed with the same
     readout are kept (their calibration completed from the file's, `_resettled`). The reference
     calibrations of the `calibrations_from` files (other runs' state_probe.json, of the same readout
     settings) are taken rather than trained again: a calibration depends on the task, level and
-    settings alone.
+    settings alone. Readouts train on `device`; each row names the hardware that computed it.
     The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
     A cell's weights are read from the run directory, else from the first of the `weights` folders
     that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
@@ -200,7 +204,7 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
             continue  # probed already; a cell that lacked its weights is tried again
         found = [p for p in [run_dir.weights_path(cell_id), *(f / f"{cell_id}.safetensors" for f in folders)]
                  if p.is_file()]
-        row = probe_cell(result, found[0] if found else None, config, calibrations)
+        row = probe_cell(result, found[0] if found else None, config, calibrations, device)
         # Read again before writing: a second probe of the same run may have added rows meanwhile.
         done, earlier = _previous(out, config)
         calibrations = {**earlier, **calibrations}
@@ -230,7 +234,7 @@ def document(rows, config: ReadoutConfig, calibrations: dict | None = None) -> d
 
 
 ROW_FIELDS = {"label", "seed", "accuracy", "probe_accuracy", "chance", "status", "probe_validation_accuracy",
-              "best_step", "state_floats", "wall_time_s", "cell_id", "readout", "readouts", "calibration"}
+              "best_step", "state_floats", "wall_time_s", "cell_id", "readout", "readouts", "calibration", "hardware"}
 
 
 def summary(doc: dict) -> list[list]:
