@@ -26,7 +26,9 @@ def reach_probe(model: TaskModel, task: Task, level: Level, batch: Batch, seed: 
     was_training = model.training
     model.eval()
     try:
-        with torch.enable_grad():
+        # cuDNN's recurrent kernels take no backward pass in eval mode, and eval mode is what keeps
+        # dropout out of the gradient: the plain kernels do both.
+        with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
             x = model.adapter(batch).detach().requires_grad_(True)  # (B, S, d)
             h = model.backbone(x, blocked=model.adapter.blocked(batch))  # (B, S, d)
             out = h[:, answer]  # (B, A, d)
