@@ -272,5 +272,6 @@ def test_calibrations_are_taken_from_another_runs_file_not_trained_again(tiny_ru
     third = tmp_path / "third"
     shutil.copytree(second, third)
     (third / "state_probe.json").unlink()
-    with pytest.raises(UsageError, match="first/state_probe.json holds a probe with other readout settings"):
+    with pytest.raises(UsageError, match="first/state_probe.json holds a probe with other readout settings "
+                                         r"\(.*steps.*\); give a file of this probe's settings, or leave --calibrations"):
         probe_run(third, config=ReadoutConfig(steps=21), calibrations_from=[first / "state_probe.json"])

@@ -128,9 +128,11 @@ def _resettled(row: dict, result: dict, calibrations: dict) -> dict:
     return settle(row, stored)
 
 
-def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[str, dict]]:
+def _previous(path: Path, config: ReadoutConfig, taken: bool = False) -> tuple[dict[str, dict], dict[str, dict]]:
     """The rows (by cell id) and reference calibrations (by key) of an earlier probe of the run with
-    the same readout; one with other settings, or of an earlier schema, is refused."""
+    the same readout, or of another run's file whose calibrations are `taken`; one with other
+    settings, or of an earlier schema, is refused."""
+    other = "give a file of this probe's settings, or leave --calibrations out to train them"
     if not path.is_file():
         return {}, {}
     try:
@@ -138,15 +140,15 @@ def _previous(path: Path, config: ReadoutConfig) -> tuple[dict[str, dict], dict[
         rows, settings, schema = doc["rows"], doc["readout_config"], doc["schema"]
         calibrations = doc.get("calibrations", {})
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"{path} is unreadable ({e}); remove it to probe again") from None
+        raise UsageError(f"{path} is unreadable ({e}); {other if taken else 'remove it to probe again'}") from None
     if schema != SCHEMA:
         raise UsageError(f"{path} holds a probe of schema {schema} (this probe writes {SCHEMA}, with a readout "
-                         "family and its calibration); move it aside to probe again")
+                         f"family and its calibration); {other if taken else 'move it aside to probe again'}")
     current = json.loads(json.dumps(asdict(config)))  # tuples as lists, as the file holds them
     if settings != current:
         changed = sorted(k for k in current if settings.get(k) != current[k])
-        raise UsageError(f"{path} holds a probe with other readout settings ({', '.join(changed)}); "
-                         "rerun with the same settings to resume, or remove it to probe again")
+        raise UsageError(f"{path} holds a probe with other readout settings ({', '.join(changed)}); " + (
+            other if taken else "rerun with the same settings to resume, or remove it to probe again"))
     return {row["cell_id"]: row for row in rows}, calibrations
 
 
@@ -193,7 +195,7 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
         other = Path(other)
         if not other.is_file():
             raise UsageError(f"--calibrations {str(other)!r} is not a file; give another run's state_probe.json")
-        taken.update(_previous(other, config)[1])
+        taken.update(_previous(other, config, taken=True)[1])
     done, calibrations = _previous(out, config)
     calibrations = {**taken, **calibrations}
     by_id = {r["cell_id"]: r for r in results}
