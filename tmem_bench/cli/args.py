@@ -6,6 +6,16 @@ import argparse
 from ..errors import UsageError
 
 MAX_SEEDS = 1000  # seeds per cell from a count; a list may name any seeds
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def check_device(name: str) -> str:
+    """--device, refused in one line where it asks for CUDA and there is none."""
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
+    return name
 
 
 def number(text: str, what: str):

@@ -8,14 +8,13 @@ import traceback
 from ..errors import UsageError, storage_error
 from ..registry import module_names
 from ..version import __version__
-from .args import positive
+from .args import DEVICES, positive
 from .catalogue import cmd_check, cmd_list
 from .leaderboard import add_leaderboard_parser, cmd_leaderboard
 from .probe import add_probe_parser, cmd_probe
 from .run import cmd_jobs, cmd_report, cmd_run
 from .validity import add_validity_parser, cmd_validity
 
-DEVICES = ("auto", "cpu", "cuda")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,7 +6,7 @@ import sys
 import time
 
 from ..errors import UsageError, check_int
-from .args import number
+from .args import DEVICES, check_device, number
 
 
 def add_probe_parser(sub, debug) -> None:
@@ -37,7 +37,7 @@ def add_probe_parser(sub, debug) -> None:
                             "calibrations to take rather than train again (repeatable)")
     probe.add_argument("--steps", metavar="N",
                        help="readout training steps (default: the readout's own, which state_probe.json records)")
-    probe.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+    probe.add_argument("--device", default="auto", choices=DEVICES,
                        help="where the frozen models run and the readouts train; auto picks CUDA when available "
                             "(each row of state_probe.json names the hardware that computed it)")
 
@@ -80,14 +80,10 @@ def _check_run(run_dir: str, seeds: list[int] | None) -> set[str]:
 def cmd_probe(args) -> int:
     from dataclasses import replace
 
-    import torch
-
     from ..contracts.device import resolve_device
     from ..diagnostics.state_probe import ReadoutConfig
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
-    device = resolve_device(args.device)
+    device = resolve_device(check_device(args.device))
     config = ReadoutConfig()
     if args.steps is not None:
         config = replace(config, steps=check_int("--steps", args.steps))

@@ -5,11 +5,10 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from .args import parse_levels, parse_seeds, parse_train_at, sbatch_options
+from .args import check_device, parse_levels, parse_seeds, parse_train_at, sbatch_options
 
 
 def cmd_run(args) -> int:
-    import torch
     from rich.console import Console
 
     from ..harness.executors import ExecutorOptions, SlurmOptions, usable
@@ -19,8 +18,7 @@ def cmd_run(args) -> int:
     from ..harness.runner import run_plan
     from ..report import run_data, summary_rich
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
+    check_device(args.device)
     if args.models is not None and not all(m.strip() for m in args.models.split(",")):
         raise UsageError(f"--models {args.models!r} names an empty model; give comma-separated names")
     if args.out is not None and not args.out.strip():
