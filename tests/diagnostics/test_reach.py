@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.helpers import middle_level
+from tmem_bench.contracts.device import to_device
 from tmem_bench.contracts.model import TaskModel
 from tmem_bench.diagnostics.reach import reach_probe
 from tmem_bench.registry import backbone_names, get_backbone, get_task, task_names
@@ -19,7 +20,7 @@ def _reach(model_name, task_name, options, seed=0, device="cpu"):
     task = get_task(task_name, **options)
     model = TaskModel(task.make_adapter(16), get_backbone(model_name, d_model=16, n_layers=2, n_heads=2)).to(device)
     level = middle_level(task)
-    batch = {k: v.to(device) for k, v in task.sample(level, 4, torch.Generator().manual_seed(seed)).items()}
+    batch = to_device(task.sample(level, 4, torch.Generator().manual_seed(seed)), device)
     return reach_probe(model, task, level, batch, seed=seed)
 
 

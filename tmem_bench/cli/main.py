@@ -16,7 +16,6 @@ from .run import cmd_jobs, cmd_report, cmd_run
 from .validity import add_validity_parser, cmd_validity
 
 
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # One line, exit 2, no usage dump: the same shape as every other bad-input error.
