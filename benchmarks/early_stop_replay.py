@@ -1,4 +1,4 @@
-"""Which of a run's early-stopped cells the current early-stopping rule (claims.toml's [early_stop])
+"""Which of a run's early-stopped cells the current early-stopping rule (thresholds.toml's [early_stop])
 would have trained longer: each cell's stored validation checks are replayed under the current rule,
 and a cell that stopped ("converged") at a step where that rule would not yet have stopped is listed,
 with its task, variant, model, training level and seed, so that the verdicts reading those points can

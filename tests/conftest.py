@@ -1,8 +1,14 @@
+import os
 import shutil
 from uuid import uuid4
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Without a GPU, the fused Triton scan's tests run under Triton's interpreter, which
+    # must be chosen before Triton is first imported (tests/tensor_memory/test_triton.py).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # The helper modules the test folders share assert too; pytest rewrites their asserts as a test's.
 pytest.register_assert_rewrite("tests.helpers", "tests.profiles", "tests.harness.helpers", "tests.leaderboard.helpers",

@@ -1,13 +1,19 @@
-"""The convergence rule and the early-stopping rule: a plateau converges and stops, a falling loss does
-not (one falling 10% a check near its end included), and claims.toml's [early_stop] is checked."""
+"""The convergence rule and the early-stopping rule, one rule: a plateau converges and stops, a falling
+loss does not (one falling 10% a check near its end included, in early stopping and in the report
+alike), and thresholds.toml is checked key by key in one line."""
+import json
 import math
 import tomllib
 
 import pytest
 
 from tests.helpers import ROOT
-from tmem_bench.diagnostics import convergence as convergence_module
-from tmem_bench.diagnostics.convergence import ConvergenceRule, convergence, load_early_stop, should_stop
+from tests.report.helpers import RunBuilder, trained
+from tmem_bench.diagnostics.convergence import convergence, load_early_stop, should_stop
+from tmem_bench.harness.results import read_cell, rows
+from tmem_bench.report import load_run
+from tmem_bench.report.budget import point
+from tmem_bench.thresholds import checked
 
 
 RULE = load_early_stop()
@@ -43,30 +49,65 @@ def test_a_loss_falling_ten_percent_a_check_is_not_flat_and_a_flat_one_stops_aft
     assert first_stop(flat) == (4 + RULE.patience) * 100
 
 
-@pytest.mark.parametrize("field, value, says", [
-    ("patience", 0, "patience must be a positive integer"),
-    ("every", "100", "every must be a positive integer"),
-    ("min_improvement", float("nan"), "min_improvement must be a finite number"),
-    ("min_improvement", -0.01, "min_improvement must be a finite number"),
-    ("learned_margin", "0.05", "learned_margin must be a finite number"),
-    ("learned_margin", 1.5, "learned_margin must be a finite number"),
-    ("max_late_fraction", 0.02, "must set exactly every, learned_margin, patience, min_improvement"),
+TABLE = tomllib.loads((ROOT / "tmem_bench" / "thresholds.toml").read_text())
+
+
+@pytest.mark.parametrize("table, field, value, says", [
+    ("early_stop", "patience", 0, "[early_stop] patience must be a positive integer, got 0"),
+    ("early_stop", "every", "100", "[early_stop] every must be a positive integer, got '100'"),
+    ("early_stop", "every", 1.5, "[early_stop] every must be a positive integer, got 1.5"),
+    ("early_stop", "min_improvement", float("nan"), "[early_stop] min_improvement must be a finite number of at least 0"),
+    ("early_stop", "min_improvement", -0.01, "[early_stop] min_improvement must be a finite number of at least 0"),
+    ("early_stop", "learned_margin", "x", "[early_stop] learned_margin must be a finite number in [0, 1), got 'x'"),
+    ("early_stop", "learned_margin", 1.5, "learned_margin must be a finite number in [0, 1), got 1.5"),
+    ("early_stop", "learned_margin", True, "learned_margin must be a finite number in [0, 1), got True"),
+    ("early_stop", "max_late_fraction", -1, "[early_stop] has no key 'max_late_fraction'; it must set exactly every, "
+                                            "learned_margin, patience, min_improvement"),
+    ("selection", "second_seed_margin", -0.1, "[selection] second_seed_margin must be a finite number in [0, 1), got -0.1"),
 ])
-def test_bad_early_stopping_thresholds_are_refused_in_one_line(monkeypatch, field, value, says):
-    table = tomllib.loads((ROOT / "tmem_bench" / "report" / "claims.toml").read_text())
-    bad = {**table, "early_stop": {**table["early_stop"], field: value}}
-    monkeypatch.setattr(convergence_module, "_thresholds", lambda: bad)
-    with pytest.raises(ValueError, match=says):
-        load_early_stop()
+def test_each_bad_threshold_is_refused_in_one_line_naming_it(table, field, value, says):
+    bad = {**TABLE, table: {**TABLE[table], field: value}}
+    with pytest.raises(ValueError) as e:
+        checked(bad)
+    assert "\n" not in str(e.value) and str(e.value).startswith("thresholds.toml ") and says in str(e.value)
+
+
+def test_an_unknown_table_or_a_missing_key_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"thresholds.toml has no table \[convergence\]; its tables: early_stop, selection"):
+        checked({**TABLE, "convergence": {"last_fraction": 0.2}})
+    with pytest.raises(ValueError, match=r"thresholds.toml \[selection\] lacks a key; it must set exactly second_seed_margin"):
+        checked({**TABLE, "selection": {}})
+    assert checked(TABLE) == TABLE
+
+
+def test_a_ten_percent_fall_a_check_at_the_cap_is_still_learning_in_early_stopping_and_the_report(tmp_path):
+    """One rule, read twice: early stopping never stops a loss falling 10% a check, and the report
+    reads the same cell, trained to its cap, as still learning; a plateau stops and is converged."""
+    b = RunBuilder(tmp_path)
+    falling_id = b.cell("coordinate_binding", "base", 0, (50, 0.05), {(50, 0.05): 0.85})
+    plateau_id = b.cell("coordinate_binding", "tensor", 0, (50, 0.05), {(50, 0.05): 0.85})
+    b.manifest()
+    for cid, converged in ((falling_id, False), (plateau_id, True)):
+        path = tmp_path / "cells" / f"{cid}.json"
+        result = {**read_cell(path), **trained(converged)}
+        path.write_text(json.dumps(result))
+        checks_ = result["validation_checks"]
+        assert any(should_stop(checks_[:i + 1], 1 / 32, RULE) for i in range(len(checks_))) is converged
+        assert rows(result)[0]["converged"] is converged
+    falling = [c["loss"] for c in trained(False)["validation_checks"]]
+    assert all(abs(b_ / a - 0.9) < 1e-9 for a, b_ in zip(falling, falling[1:]))  # 10% a check, to the cap
+    table = load_run(tmp_path).table
+    assert point(table[table["label"] == "base"]).lower_bound  # still learning: a lower bound
+    assert not point(table[table["label"] == "tensor"]).limited
 
 
 def test_a_plateau_converges_and_a_falling_curve_does_not():
-    rule = ConvergenceRule(last_fraction=0.2, max_late_fraction=0.1, min_late_drop=0.02)
+    """On the train loss where a cell made no validation checks: read at every `every` steps."""
     steps = range(50, 1001, 50)
     plateau = [{"step": s, "loss": max(0.5, 3.0 - s / 100)} for s in steps]
     falling = [{"step": s, "loss": 3.0 - 2.0 * s / 1000} for s in steps]
     flat = [{"step": s, "loss": 1.386} for s in steps]  # never learned: nothing is still falling either
-    assert convergence(plateau, 1000, rule)["converged"] is True
-    assert convergence(falling, 1000, rule)["converged"] is False
-    assert convergence(flat, 1000, rule)["converged"] is True
-    assert convergence(falling[:2], 1000, rule)["converged"] is None
+    assert convergence(plateau, None)["converged"] is True
+    assert convergence(falling, None)["converged"] is False
+    assert convergence(flat, None) == {"converged": True, "on": "train_loss", "rule": vars(RULE)}
+    assert convergence(falling[:6], None)["converged"] is None  # steps 100, 200, 300: too few to tell

@@ -62,7 +62,7 @@ def early_stop_text(steps: int, early_stop: bool) -> str:
                                            "levels": "{}"}})
 
 
-EVERY = 10  # claims.toml's `every` is sized for real runs; these cells check more often
+EVERY = 10  # thresholds.toml's `every` is sized for real runs; these cells check more often
 
 
 def tiny_cell(tmp_path, steps=300, early_stop=True):

@@ -6,6 +6,7 @@ function: a lazy import is still a dependency), so the checks need no import to 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def in_package(graph: dict[str, set[str]], package: str) -> list[str]:
 # it holds is for users, and a module that read it (`from .. import x`) would reach up through it.
 LAYERS = (
     ("plumbing", ("tmem_bench.version", "tmem_bench.errors", "tmem_bench.files", "tmem_bench.levels",
-                  "tmem_bench.schema", "tmem_bench.registry")),
+                  "tmem_bench.schema", "tmem_bench.registry", "tmem_bench.thresholds")),
     ("contracts", ("tmem_bench.contracts",)),
     ("models and tasks", ("tmem_bench.tensor_memory", "tmem_bench.baselines", "tmem_bench.tasks")),
     ("diagnostics", ("tmem_bench.diagnostics",)),
@@ -123,6 +124,47 @@ def test_every_module_has_a_layer():
 
 def test_no_module_imports_from_a_higher_layer():
     assert upward_imports(import_graph()) == []
+
+
+# A module reads a data file of its package as `resources.files(PACKAGE).joinpath("NAME")`; no import
+# shows it, so the layers are checked on these reads too.
+DATA_READ = re.compile(r"resources\.files\((__package__|\"[\w.]+\")\)\.joinpath\(\"([\w.]+)\"")
+
+
+def data_reads(found: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the data files it reads, as "package/name" (e.g. "tmem_bench.report/claims.toml")."""
+    out = {}
+    for name, path in found.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        out[name] = {f"{package if where == '__package__' else where.strip(chr(34))}/{file}"
+                     for where, file in DATA_READ.findall(path.read_text())}
+    return out
+
+
+def data_floor(data_file: str, found: dict[str, Path]) -> int | None:
+    """A data file's layer: that of the module beside it of the same stem (thresholds.toml is
+    thresholds.py's), else that of its package; None where neither has one (profiles, schemas)."""
+    package, _, file = data_file.partition("/")
+    twin = f"{package}.{file.partition('.')[0]}"
+    if twin in found:
+        return layer(twin)
+    return None if package == "tmem_bench" else layer(package)  # the root's own layer is its face
+
+
+def reads_from_above(reads: dict[str, set[str]], found: dict[str, Path]) -> list[str]:
+    return [f"{name} ({LAYERS[layer(name)][0]}) reads {f} ({LAYERS[data_floor(f, found)][0]})"
+            for name, files in sorted(reads.items()) if layer(name) is not None for f in sorted(files)
+            if data_floor(f, found) is not None and data_floor(f, found) > layer(name)]
+
+
+def test_no_module_reads_a_data_file_of_a_higher_layer():
+    found = modules()
+    reads = data_reads(found)
+    assert reads["tmem_bench.thresholds"] == {"tmem_bench/thresholds.toml"}  # the pattern finds reads
+    assert reads_from_above(reads, found) == []
+    planted = {**reads, "tmem_bench.diagnostics.convergence": {"tmem_bench.report/claims.toml"}}
+    assert reads_from_above(planted, found) == [
+        "tmem_bench.diagnostics.convergence (diagnostics) reads tmem_bench.report/claims.toml (report)"]
 
 
 def test_the_layer_check_can_fail():

@@ -27,6 +27,16 @@ def options_of(variant: str) -> dict:
     return {k: json.loads(v.lower()) for k, v in (part.split("=") for part in variant.split(","))}
 
 
+def trained(converged):
+    """A cell's validation checks that the convergence rule reads as `converged`: a plateau (True), a
+    loss falling 10% a check to the cap (False), or none, where the default history is too short to
+    tell (None)."""
+    if converged is None:
+        return {"validation_checks": None}
+    losses = [3.4, 1.0, 0.6, 0.5, 0.5, 0.5, 0.5] if converged else [3.4 * 0.9 ** i for i in range(7)]
+    return {"validation_checks": [{"step": 100 * i, "loss": loss, "accuracy": 0.5} for i, loss in enumerate(losses)]}
+
+
 class RunBuilder:
     """Writes cell JSONs in the schema of tmem_bench.harness.train.run_cell, with chosen accuracies."""
 

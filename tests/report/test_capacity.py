@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.report.helpers import CHANCE, RunBuilder
+from tests.report.helpers import CHANCE, RunBuilder, trained
 from tmem_bench.report import load_run, write_report
 from tmem_bench.report.capacity import (THRESHOLDS, build_capacity_figures, capacity_groups, capacity_rows,
                                         capacity_section, capacity_table)
@@ -48,7 +48,7 @@ def capacity_run(run_dir, converged_known=True):
                 cid = b.cell("coordinate_binding", label, seed, (w, NOISE), evals, variant=VARIANT)
                 converged = (label, w, seed) not in UNCONVERGED if converged_known else None
                 patch(run_dir, cid, cell={"model": backbone}, state_bytes=state,
-                      convergence={"converged": converged, "late_drop": 0.0, "total_drop": 1.0})
+                      **trained(converged))
     # The standard variant trained once, at W=10, and evaluated at every W: a generalisation curve,
     # which is not a capacity curve.
     for seed in range(2):
@@ -168,7 +168,7 @@ def test_the_capacity_claim_per_grid_size_and_at_matched_state(tmp_path):
     for w, seeds in slots.items():
         for seed, acc in enumerate(seeds):
             cid = b.cell("coordinate_binding", "slots", seed, (w, NOISE), {(w, NOISE): acc}, variant=VARIANT)
-            patch(tmp_path, cid, state_bytes=5000, convergence={"converged": True})
+            patch(tmp_path, cid, state_bytes=5000, **trained(True))
     b.manifest()
     claim = check_claim(load_run(tmp_path), "capacity")
     by_model = {e["model"]: e for e in claim.evidence}
@@ -208,7 +208,7 @@ def test_a_claim_that_fails_where_nothing_was_learned_says_so(tmp_path):
     for w, acc in ((5, 0.95), (10, C + 0.01)):
         for seed in range(3):
             cid = b.cell("coordinate_binding", "tensor", seed, (w, NOISE), {(w, NOISE): acc}, variant=VARIANT)
-            patch(tmp_path, cid, state_bytes=4096, convergence={"converged": True})
+            patch(tmp_path, cid, state_bytes=4096, **trained(True))
     b.manifest()
     claim = check_claim(load_run(tmp_path), "capacity")
     assert claim.verdict == "inconclusive (budget)"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.report.helpers import CHANCE, GATES, RunBuilder, as_planned, build, power_of, write_selection
+from tests.report.helpers import CHANCE, GATES, RunBuilder, as_planned, build, power_of, trained, write_selection
 from tmem_bench.report import INCONCLUSIVE, load_power, load_run
 from tmem_bench.report import power as power_module
 from tmem_bench.report import power_rows, power_summary, write_report
@@ -179,14 +179,14 @@ def test_a_model_still_learning_at_the_end_is_not_called_incapable(tmp_path):
     """Too weak, or discriminating, while still learning: the budget's, not the variant's."""
     b = build(tmp_path, {"base": 0.25, "tensor": 0.26}, {"tensor": 0.25})
     for cid in b.ids:
-        _annotate(tmp_path, cid, convergence={"converged": "base" in cid or cid.endswith("-0-6")})
+        _annotate(tmp_path, cid, **trained("base" in cid or cid.endswith("-0-6")))
     [row] = power_rows(load_run(tmp_path))
     assert row["verdict"] == BUDGET
     assert row["reason"].startswith("tensor at occlusion_len=6 learned nothing in 150 steps (1 of 2 seeds converged)")
     weak = tmp_path / "weak"
     b = build(weak, {"base": 0.25, "tensor": 0.50}, {"tensor": 0.25})
     for cid in b.ids:
-        _annotate(weak, cid, convergence={"converged": "base" in cid})
+        _annotate(weak, cid, **trained("base" in cid))
     [row] = power_rows(load_run(weak))
     assert row["verdict"] == BUDGET
     assert row["reason"] == ("tensor at occlusion_len=6 had not converged in 150 steps (0 of 2 seeds converged); "
@@ -197,7 +197,7 @@ def test_a_model_still_learning_at_the_end_is_not_called_incapable(tmp_path):
 def test_converged_models_keep_the_plain_verdicts(tmp_path):
     b = build(tmp_path, {"base": 0.25, "tensor": 0.50}, {"tensor": 0.25})
     for cid in b.ids:
-        _annotate(tmp_path, cid, convergence={"converged": True})
+        _annotate(tmp_path, cid, **trained(True))
     [row] = power_rows(load_run(tmp_path))
     assert row["reason"] == CASES["too weak"][3]
 
@@ -209,7 +209,7 @@ def test_every_model_gets_its_own_case_lr_and_convergence(tmp_path):
     for cid in b.ids:
         model = next(m for m in ("base", "lstm", "slots", "tensor") if m in cid)
         _annotate(tmp_path, cid, reach=_reach({"base": 0.0, "lstm": (0.05, 3e-8)}.get(model, 0.1)),
-                  convergence={"converged": {"slots": False, "base": None}.get(model, True)})
+                  **trained({"slots": False, "base": None}.get(model, True)))
     # tensor's lr was chosen from a grid whose other lr was worse (seed 1 trained at it): at an edge.
     worse = as_planned(tmp_path, "occlusion-standard-tensor-0-6", 0.2, lr=1e-2, keep=True)
     made = [as_planned(tmp_path, f"occlusion-standard-tensor-{seed}-6", 0.9) for seed in (0, 1)]

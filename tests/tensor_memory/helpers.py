@@ -61,8 +61,9 @@ MEMORY_CASES = [
 
 
 
-def check_memory_against_naive_twin(case, kernel):
-    """Reads, final state and the gradients of the input, the initial state and every weight."""
+def check_memory_against_naive_twin(case, kernel, device="cpu"):
+    """Reads, final state and the gradients of the input, the initial state and every weight;
+    the memory under test runs on `device`, its naive twins on the CPU."""
     case = dict(case)
     B, S = case.pop("batch"), case.pop("seq")
     torch.manual_seed(0)
@@ -77,11 +78,13 @@ def check_memory_against_naive_twin(case, kernel):
     weight = torch.randn(B, S, 16, generator=g)
 
     outs = []
-    for m, dtype in ((memory, torch.float32), (naive, torch.float32), (naive_twin(memory).double(), torch.float64)):
-        xs = [t.detach().to(dtype).requires_grad_() for t in (x, h0, c0)]
+    runs = ((memory.to(device), torch.float32, device), (naive, torch.float32, "cpu"),
+            (naive_twin(memory).double().cpu(), torch.float64, "cpu"))
+    for m, dtype, on in runs:
+        xs = [t.detach().to(on, dtype).requires_grad_() for t in (x, h0, c0)]
         read, state = m(xs[0], MemoryState(xs[1], xs[2]))
-        loss = (read * weight.to(dtype)).sum() + (state.h * state.h.detach()).sum() + state.c.sin().sum()
-        outs.append([read, state.h, state.c, *grads(loss, [*xs, *m.parameters()])])
+        loss = (read * weight.to(on, dtype)).sum() + (state.h * state.h.detach()).sum() + state.c.sin().sum()
+        outs.append([None if t is None else t.cpu() for t in (read, state.h, state.c, *grads(loss, [*xs, *m.parameters()]))])
     names = ["read", "h_final", "c_final", "x", "h0", "c0", *(n for n, _ in memory.named_parameters())]
     assert_close(names, *outs)
 

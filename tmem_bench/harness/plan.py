@@ -114,7 +114,7 @@ class Overrides:
     # remaining seeds. None, not False, when unset: an override that is set changes a profile's id.
     selection_only: bool | None = None
     # The early-stopping rule to record in the cells, where it comes from cells already trained (a
-    # board re-planning an entry made under an earlier rule); None: claims.toml's [early_stop].
+    # board re-planning an entry made under an earlier rule); None: thresholds.toml's [early_stop].
     early_stop: dict | None = None
 
 
@@ -365,7 +365,7 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
     recorded = {k: train[k] for k in TRAIN_KEYS}
     if train.get("early_stop"):
         # The rule travels with the cell (and so into its id): the cell stops where its own
-        # settings say, whatever claims.toml says when it is read again.
+        # settings say, whatever thresholds.toml says when it is read again.
         recorded["early_stop"] = overrides.early_stop or asdict(load_early_stop())
     return recorded, list(seeds)
 

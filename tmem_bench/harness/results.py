@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..diagnostics.convergence import convergence
 from ..files import write_atomic
 from ..levels import level_key
 from ..schema import describe, violations
@@ -174,7 +175,7 @@ def rows(result: dict) -> list[dict]:
             "final_loss": (result.get("history") or [{}])[-1].get("loss"),
             "lr": cell["train"].get("lr"),
             "validation_accuracy": (result.get("validation") or {}).get("accuracy"),
-            "converged": (result.get("convergence") or {}).get("converged"),
+            "converged": None,  # filled in below, once per cell
             "state_bytes": result.get("state_bytes"),
             "reach_init": ((result.get("reach") or {}).get("init") or {}).get("ratio"),
             "reach_trained": ((result.get("reach") or {}).get("trained") or {}).get("ratio"),
@@ -190,6 +191,11 @@ def rows(result: dict) -> list[dict]:
         row["gate_init_mean"] = _mean_gate(result.get("gate_init"))
         row["gate_final_mean"] = _mean_gate(result.get("gates_final"))
         out.append(row)
+    # The current convergence rule, whatever rule the cell was trained under; a diverged cell cannot tell.
+    if result.get("status") != "diverged":
+        converged = convergence(result.get("history") or [], result.get("validation_checks"))["converged"]
+        for row in out:
+            row["converged"] = converged
     return out
 
 

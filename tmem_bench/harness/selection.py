@@ -1,20 +1,17 @@
 """Learning-rate selection: each search's lr chosen from its trials' accuracy on the validation
 set (never the evaluation sets), the same rule for every model, as zoology reports each model at
 its best of a learning-rate grid. Where a search has a second selection seed and its best two lrs
-are within the margin of claims.toml's [selection], one seed cannot tell them apart: both are
+are within the margin of thresholds.toml's [selection], one seed cannot tell them apart: both are
 trained at the second seed too and the mean over the two seeds chooses."""
 from __future__ import annotations
 
-import tomllib
-from importlib import resources
-
 from ..contracts.task import level_key
+from ..thresholds import thresholds
 from .plan import Cell, LRSearch
 
 
 def load_margin() -> float:
-    table = tomllib.loads(resources.files("tmem_bench.report").joinpath("claims.toml").read_text())
-    return float(table["selection"]["second_seed_margin"])
+    return float(thresholds()["selection"]["second_seed_margin"])
 
 
 def _trial(cell: Cell, results: dict[str, dict]) -> dict:
@@ -34,7 +31,7 @@ def choose(search: LRSearch, results: dict[str, dict], margin: float | None = No
     """The selection record of one search from the finished cell results (id -> result): the
     validation accuracy at every lr, the lr chosen and whether it lies at an edge of the grid.
     The best validation accuracy wins (see _rank). With a second selection seed, where the best
-    two are both finished and within `margin` (claims.toml's by default) of each other, those two
+    two are both finished and within `margin` (thresholds.toml's by default) of each other, those two
     (`second_seed_lrs`) are trained at it as well and ranked by their mean over both seeds.
     `chosen_lr` is None while a trial it needs has no result (`missing`)."""
     first = search.trials[0]

@@ -65,14 +65,12 @@ def validation_check(model: TaskModel, batch: Batch, device: torch.device) -> di
     return {"loss": loss, "accuracy": accuracy}
 
 
-def _convergence(history: list[dict], checks: list[dict], steps: int, early, diverged: bool) -> dict:
+def _convergence(history: list[dict], checks: list[dict], early, diverged: bool) -> dict:
     """The convergence rule's verdict: on the validation checks where training stopped early, else
     on the logged train loss."""
     if diverged:
         return {"converged": None, "diverged": True}
-    if early is None:
-        return {**convergence(history, steps), "on": "train_loss"}
-    return {**convergence(checks, steps), "on": "validation_loss"}
+    return convergence(history, checks if early is not None else None)
 
 
 def _config(backbone) -> dict | None:
@@ -255,7 +253,7 @@ def train_cell(
             "n": validation_batch["target"].numel(),
             "fingerprint": validation_fp,
         },
-        "convergence": _convergence(history, checks, steps_done, early, diverged_at is not None),
+        "convergence": _convergence(history, checks, early, diverged_at is not None),
         "validation_checks": checks if early is not None else None,
         "gate_init": gate_init,
         "gates_final": model.gate_values(),

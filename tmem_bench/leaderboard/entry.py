@@ -85,7 +85,7 @@ def planned_cells(run: dict, profile: dict, results: dict[str, dict] | None = No
     except TypeError as e:
         raise UsageError(f"the run's overrides are not ones this suite knows: {e}") from None
     # Cells stop where their own settings say: an entry trained under an earlier early-stopping rule
-    # is planned with the rule its cells record, not the one claims.toml holds now.
+    # is planned with the rule its cells record, not the one thresholds.toml holds now.
     rules = {json.dumps(r["cell"]["train"]["early_stop"], sort_keys=True) for r in (results or {}).values()
              if isinstance(r["cell"]["train"].get("early_stop"), dict)}
     if len(rules) == 1:

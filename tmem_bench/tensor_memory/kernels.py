@@ -1,9 +1,16 @@
 """Which Tensor Memory scan runs, and the one entry to it (`scan`).
 
-Two implementations of one function: the PyTorch scan (`torch_scan`, the step
-torch.compile'd, or eager) and the C scan (`native_scan`). Both take the write
-volume and the read weights as 1D factors (the caller convolves the write's
-factors outside the loop), so neither forms a volume it does not need.
+Three implementations of one function: the PyTorch scan (`torch_scan`, the step
+torch.compile'd, or eager), the C scan (`native_scan`) and the fused Triton scan
+(`triton_scan`, the GPU's). All take the write volume and the read weights as 1D
+factors (the caller convolves the write's factors outside the loop), so none forms a
+volume it does not need.
+
+On CUDA in float32 "auto" takes the Triton scan (kernel "triton"), one launch per
+layer and direction, where Triton can be imported (`pip install -e '.[gpu]'`; the CUDA
+builds of PyTorch on Linux bring it); without it "auto" takes the compiled step, as
+before, and says so once. Kernel "triton" on CPU tensors runs only under Triton's
+interpreter (TRITON_INTERPRET=1, set before the first scan), which is how it is tested.
 
 On CPU in float32 the whole scan can run in `_scan.c` (kernel "native"), built by
 `pip install` as an optional extension for the instruction set of the machine that
@@ -18,13 +25,17 @@ is never called: "auto" warns and falls back the same way.
 """
 from __future__ import annotations
 
+import functools
+import os
+import warnings
+
 import torch
 
 from .native import native_status, native_variant
 from .native_scan import NativeScan
 from .torch_scan import TensorMemoryScan, compiled_available
 
-KERNELS = ("auto", "native", "compiled", "eager")
+KERNELS = ("auto", "native", "triton", "compiled", "eager")
 
 
 # The native variants that `auto` takes: those measured faster than the compiled step
@@ -36,9 +47,44 @@ KERNELS = ("auto", "native", "compiled", "eager")
 AUTO_NATIVE_VARIANTS = ("avx512", "avx2", "sse")
 
 
+@functools.cache
+def triton_status() -> tuple[object | None, str]:
+    """The Triton scan's module, or None and why it cannot be had here."""
+    try:
+        from . import triton_scan
+    except ImportError as e:
+        return None, f"needs Triton, which cannot be imported here ({e}); pip install -e '.[gpu]' on Linux"
+    return triton_scan, ""
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+@functools.cache
+def _say_no_triton(why: str) -> None:
+    warnings.warn(f"Tensor Memory's fused GPU scan {why}; running the compiled PyTorch step on CUDA instead")
+
+
 def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
-    """The kernel a scan over `tensors` runs with: native, compiled or eager ("auto"
-    where the PyTorch path decides between the last two)."""
+    """The kernel a scan over `tensors` runs with: native, triton, compiled or eager
+    ("auto" where the PyTorch path decides between the last two)."""
+    float32 = all(t.dtype == torch.float32 for t in tensors)
+    cuda = all(t.device.type == "cuda" for t in tensors)
+    if kernel == "triton":
+        if not (float32 and (cuda or (_interpreting() and all(t.device.type == "cpu" for t in tensors)))):
+            found = sorted({f"{t.dtype} on {t.device}" for t in tensors})
+            raise RuntimeError(f"the triton Tensor Memory kernel runs float32 on CUDA (or on CPU under "
+                               f"TRITON_INTERPRET=1), got {', '.join(found)}")
+        module, why = triton_status()
+        if module is None:
+            raise RuntimeError(f"the triton Tensor Memory kernel {why}; use kernel auto, compiled or eager")
+        return "triton"
+    if kernel == "auto" and cuda and float32:
+        module, why = triton_status()
+        if module is not None:
+            return "triton"
+        _say_no_triton(why)
     native_ok = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
     if kernel == "native":
         if not native_ok:
@@ -55,7 +101,7 @@ def resolve_kernel(kernel: str, *tensors: torch.Tensor) -> str:
 
 def kernel_that_runs(kernel: str, *tensors: torch.Tensor) -> str:
     """What a scan over `tensors` asked to run `kernel` runs now, for the record:
-    "native (<variant>)", "compiled" or "eager"."""
+    "native (<variant>)", "triton", "compiled" or "eager"."""
     kernel = resolve_kernel(kernel, *tensors)
     if kernel == "native":
         return f"native ({native_variant()})"
@@ -107,8 +153,9 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
             whether the state goes through the three convs (taps, biases) before the mix;
             if False they are unused.
         kernel (str):
-            "native" (`_scan.c`, float32 on CPU), "compiled" (torch.compile'd step),
-            "eager", or "auto" (native where its variant is in AUTO_NATIVE_VARIANTS, else
+            "native" (`_scan.c`, float32 on CPU), "triton" (fused, float32 on CUDA),
+            "compiled" (torch.compile'd step), "eager", or "auto" (native on CPU where its
+            variant is in AUTO_NATIVE_VARIANTS, triton on CUDA where Triton imports, else
             compiled, else eager).
             Default: "auto".
         output_final_state (bool):
@@ -132,6 +179,8 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
     keep = torch.is_grad_enabled() and any(t.requires_grad for t in args)
     if kernel == "native":
         reads, hN, cN = NativeScan.apply(*args, factorised, keep, output_final_state)
+    elif kernel == "triton":
+        reads, hN, cN = triton_status()[0].TritonScan.apply(*args, factorised, keep)
     else:
         cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
         w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)
