@@ -7,7 +7,7 @@ from tmem_bench.report import RULES, check_claim, load_claims
 
 def test_every_claim_is_data_decided_by_a_known_rule():
     specs = load_claims()
-    assert [s.id for s in specs] == ["coordinate_binding", "capacity", "no_harm", "map_building", "occlusion",
+    assert [s.id for s in specs] == ["coordinate_binding", "attention_figure", "memory_figure", "capacity", "no_harm", "map_building", "occlusion",
                                      "saturation", "throughput"]
     for spec in specs:
         assert spec.rule in RULES and spec.name and spec.statement and spec.paper

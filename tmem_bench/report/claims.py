@@ -33,6 +33,18 @@ class ClaimSpec:
     refuted_ratio: float | None = None
     keeps: float | None = None  # the accuracy the memory must keep at every W (capacity)
     state_ratio: float | None = None  # models within this factor of each other's state bytes are matched
+    # A figure the paper states (rule "figure"): the models it is about, its range (a floor, a
+    # ceiling or both, as fractions) and the level it names, e.g. {"n_writes": 50}.
+    models: tuple[str, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    at: dict = field(default_factory=dict)
+
+    def figure(self) -> str:
+        """The stated figure, e.g. "7-14%", "at least 75%"."""
+        if self.low is not None and self.high is not None:
+            return f"{100 * self.low:g}-{100 * self.high:g}%"
+        return f"at least {100 * self.low:g}%" if self.low is not None else f"at most {100 * self.high:g}%"
 
     def explained(self) -> str:
         """`explain` with the entry's values filled in (margins and accuracy tolerances in points),
@@ -47,7 +59,9 @@ class ClaimSpec:
             margin=number(self.margin, 100), accuracy_tolerance=number(self.accuracy_tolerance, 100),
             gate_tolerance=number(self.gate_tolerance), supported_ratio=number(self.supported_ratio),
             refuted_ratio=number(self.refuted_ratio), keeps=number(self.keeps, 100),
-            state_ratio=number(self.state_ratio),
+            state_ratio=number(self.state_ratio), models=", ".join(self.models),
+            at=", ".join(f"{k}={v}" for k, v in self.at.items()),
+            figure=self.figure() if self.rule == "figure" else None,
         ) + ("" if self.rule in TIMING_RULES else " " + load_power().budget_rule())
 
 
@@ -86,8 +100,10 @@ class PowerSpec:
         return (f"A point (a model at a level) that learned nothing (within {100 * self.learned_margin:g} points of "
                 f"chance) or had a seed whose training had not converged (the convergence rule) shows the "
                 f"training budget, not the model: it neither supports nor refutes, and a verdict resting on one "
-                f"is {BUDGET}; but a point that learned and is still learning is a lower bound, and may support a "
-                f"verdict that its rising could only strengthen (never refute one). A model at chance with no path from the evidence to the answer (its information "
+                f"is {BUDGET}; but a point that learned and is still learning is a lower bound, read by the "
+                f"direction more steps can move it: it may support a verdict that its rising could only "
+                f"strengthen (a floor it already passes) and refute one that its rising could only weaken (a "
+                f"ceiling it already exceeds). A model at chance with no path from the evidence to the answer (its information "
                 f"reach) is blind by construction, and counts.")
 
 
@@ -140,6 +156,7 @@ def load_claims() -> tuple[ClaimSpec, ...]:
         values = {**table.get("defaults", {}), **entry}
         values["baselines"] = tuple(values.get("baselines", ()))
         values["references"] = tuple(values.get("references", ()))
+        values["models"] = tuple(values.get("models", ()))
         specs.append(ClaimSpec(**values))
     return tuple(specs)
 

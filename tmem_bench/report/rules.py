@@ -5,17 +5,17 @@ import numpy as np
 import pandas as pd
 
 from ..levels import level_key
-from ..registry import TASKS
 from .budget import Point, budget_note, lower_bound_note, lower_bounds, point
 from .capacity import (AT_CHANCE, AXIS, THRESHOLDS, UNCONVERGED, capacity_groups, fmt_bytes, fmt_held, held, marks,
                        points)
 from .claims import Claim, ClaimSpec, claim_spec, load_claims, load_power
+from .figure_rule import figure
 from .data import RunData, model_order, per_seed, task_label, task_order, variant_order
 from .no_harm import no_harm
 from .stats import (BUDGET, EPS, INCONCLUSIVE, NOT_TESTABLE, REFUTED, SUPPORTED, combine, compare, diff_ci,
                     mean_ci)
 from .tables import fmt_ci, fmt_pct, fmt_points
-from .views import in_panel, panels, sweep_axis, trained_in_panel
+from .views import in_panel, memory_forcing, panels, sweep_axis, trained_in_panel
 
 
 TRAINED_EACH = "trained at each level"
@@ -44,13 +44,6 @@ def _missing_models(data: RunData, spec: ClaimSpec, models: list[str]) -> str | 
     if baselines and not set(baselines) & set(t["label"]):
         return f"this run has none of the attention baselines {', '.join(baselines)} on {spec.task}"
     return None
-
-
-def memory_forcing(task: str, variant: str, options: dict) -> bool:
-    """Whether a variant leaves the paper's information flow, as its task declares (it may still
-    differ in size, e.g. fewer frames). The standard variant, the task's defaults, never does
-    (`tmem-bench check --task` holds a task to it), so a run of it alone imports no task."""
-    return variant != "standard" and TASKS.get(task).forces_memory(options)
 
 
 def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[str, str]) -> None:
@@ -408,6 +401,7 @@ RULES = {
     "saturation": saturation,
     "no_harm": no_harm,
     "throughput": throughput,
+    "figure": figure,
 }
 
 
