@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=positive, metavar="N",
                      help="local: worker processes (default one per GPU, else one per core); "
                           "slurm: array tasks at once")
+    run.add_argument("--workers-per-gpu", type=positive, metavar="N",
+                     help="local: worker processes sharing each GPU (N times the GPUs; a GPU is needed)")
     run.add_argument("--address", metavar="ADDR",
                      help="ray: the address of a running Ray cluster (default: start a local Ray)")
     run.add_argument("--cpus-per-cell", type=positive, metavar="N",

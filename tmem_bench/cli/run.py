@@ -36,7 +36,8 @@ def cmd_run(args) -> int:
     # whichever engine runs: one given to another engine is refused by name.
     slurm = SlurmOptions(partition=args.slurm_partition, time=args.slurm_time,
                          options=sbatch_options(args.slurm_option), cluster=args.slurm_cluster)
-    executor = usable(ExecutorOptions(kind=args.executor, workers=args.workers, address=args.address,
+    executor = usable(ExecutorOptions(kind=args.executor, workers=args.workers,
+                                      workers_per_gpu=args.workers_per_gpu, address=args.address,
                                       cpus_per_cell=args.cpus_per_cell, gpus_per_cell=args.gpus_per_cell, own=slurm))
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)

@@ -9,8 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+import torch
+
 from tests.harness.executors.helpers import PLUGIN, numbers, partial_files, quiet, sweep_profile
 from tmem_bench.cli import main
+from tmem_bench.errors import UsageError
 from tmem_bench.harness.executors import ENGINES, ExecutorOptions, LocalPool, usable
 from tmem_bench.harness.executors.base import available_cores
 from tmem_bench.harness.plan import Overrides, make_plan
@@ -111,3 +115,27 @@ def test_a_dead_worker_fails_only_its_cell_and_the_pool_is_rebuilt_for_the_other
         assert record["error"] == "its worker process died (exit code 3) while running this cell"
     assert "BrokenProcessPool" not in err and "FAILED coordinate_binding base" not in err, err
     assert "2 of 4 cells failed" in err
+
+
+def test_workers_per_gpu_multiplies_the_gpus_and_is_refused_without_one():
+    assert LocalPool(None, 1, gpus=2, per_gpu=3).workers == 6
+    for make in (lambda: LocalPool.sketch(ExecutorOptions(kind="local", workers_per_gpu=2), "cpu"),
+                 lambda: LocalPool.make(ExecutorOptions(kind="local", workers_per_gpu=2), None, "cpu"),
+                 lambda: LocalPool(2, 1, gpus=1, per_gpu=2)):
+        with pytest.raises(UsageError) as e:
+            make()
+        assert "\n" not in str(e.value) and "--workers" in str(e.value)
+    with pytest.raises(UsageError, match="--workers-per-gpu applies to --executor local, not serial"):
+        usable(ExecutorOptions(kind="serial", workers_per_gpu=2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_two_workers_share_one_gpu(sweep, tmp_path):
+    """Two workers on one GPU plan and run the sweep's cells there."""
+    folder, cells, _ = sweep
+    console = quiet()
+    run_plan(cells[:2], tmp_path / "run", device="cuda", console=console,
+             executor=ExecutorOptions(kind="local", workers_per_gpu=2, cpus_per_cell=1))
+    assert "local pool of 2 worker(s)" in console.file.getvalue()
+    results = RunDir(tmp_path / "run").load_cells()[0]
+    assert len(results) == 2 and {r["device"] for r in results} == {"cuda"}

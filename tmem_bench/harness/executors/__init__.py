@@ -33,14 +33,16 @@ def usable(options: ExecutorOptions | str | None) -> ExecutorOptions:
     chosen = ENGINES.get(o.kind)
     if chosen is None:
         raise UsageError(f"--executor {o.kind!r} is unknown; allowed: {', '.join(ENGINES)}")
-    shared = {"--workers": o.workers, "--address": o.address, "--gpus-per-cell": o.gpus_per_cell}
+    shared = {"--workers": o.workers, "--workers-per-gpu": o.workers_per_gpu, "--address": o.address,
+              "--gpus-per-cell": o.gpus_per_cell}
     given = [flag for flag, value in shared.items() if value is not None]
     given += o.own.given() if o.own is not None else []
     for flag in given:
         if flag not in chosen.flags:
             kinds = [name for name, e in ENGINES.items() if flag in e.flags]
             raise UsageError(f"{flag} applies to --executor {' or '.join(kinds)}, not {o.kind}")
-    for flag, count in (("--workers", o.workers), ("--cpus-per-cell", o.cpus_per_cell)):
+    for flag, count in (("--workers", o.workers), ("--workers-per-gpu", o.workers_per_gpu),
+                        ("--cpus-per-cell", o.cpus_per_cell)):
         if count is not None:
             check_int(flag, count)
     if o.gpus_per_cell is not None:

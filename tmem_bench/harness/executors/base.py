@@ -38,6 +38,7 @@ class ExecutorOptions:
     """The options every engine is given; each takes the flags it declares and ignores the rest."""
     kind: str = "serial"
     workers: int | None = None  # local: processes; slurm: array tasks running at once
+    workers_per_gpu: int | None = None  # local: processes sharing each GPU
     address: str | None = None  # ray: an existing cluster; None starts a local Ray
     cpus_per_cell: int | None = None
     gpus_per_cell: float | None = None

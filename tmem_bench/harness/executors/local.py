@@ -11,6 +11,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
+from ...errors import UsageError
 from .base import TICK_S, Executor, ExecutorOptions, Sketch, Step, available_cores, engine, failure
 
 _started = None  # in a worker of a local pool: where it says which cell it starts
@@ -45,8 +46,16 @@ def _death(exitcode: int) -> str:
     return f"exit code {exitcode}"
 
 
-def _size(workers: int | None, cpus: int | None, gpus: int) -> tuple[int, int]:
-    """(workers, torch threads each): by default a worker per GPU, else per core."""
+def _size(workers: int | None, cpus: int | None, gpus: int, per_gpu: int | None = None) -> tuple[int, int]:
+    """(workers, torch threads each): by default a worker per GPU, else per core; `per_gpu`
+    workers share each GPU (a small model's cells leave most of a GPU idle)."""
+    if per_gpu is not None:
+        if workers is not None:
+            raise UsageError("give --workers or --workers-per-gpu, not both")
+        if not gpus:
+            raise UsageError("--workers-per-gpu needs a GPU, and this run has none (no CUDA device, or "
+                             "--device cpu); use --workers N")
+        workers = per_gpu * gpus
     workers = workers or gpus or available_cores()
     # Unless told, every worker would start a thread per core of the machine, oversubscribing it.
     return workers, cpus or max(1, available_cores() // workers)
@@ -62,21 +71,21 @@ def _gpus(device: str) -> int:
 class LocalPool(Executor):
     """A pool of spawned processes on this machine; with GPUs, each worker pinned to one of them."""
     name = "local"
-    flags = ("--workers",)
+    flags = ("--workers", "--workers-per-gpu")
 
-    def __init__(self, workers: int | None, cpus: int | None, gpus: int):
+    def __init__(self, workers: int | None, cpus: int | None, gpus: int, per_gpu: int | None = None):
         self.gpus = gpus
-        self.workers, self.threads = _size(workers, cpus, gpus)
+        self.workers, self.threads = _size(workers, cpus, gpus, per_gpu)
         self.slots = self.workers
 
     @classmethod
     def make(cls, o: ExecutorOptions, run_dir, device: str) -> LocalPool:
-        return cls(o.workers, o.cpus_per_cell, _gpus(device))
+        return cls(o.workers, o.cpus_per_cell, _gpus(device), o.workers_per_gpu)
 
     @classmethod
     def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
         gpus = _gpus(device)
-        workers, threads = _size(o.workers, o.cpus_per_cell, gpus)
+        workers, threads = _size(o.workers, o.cpus_per_cell, gpus, o.workers_per_gpu)
         note = None
         if gpus == 0 and workers * threads > available_cores():
             note = (f"note: {workers} workers x {threads} threads exceed the {available_cores()} cores here; "
