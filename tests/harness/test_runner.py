@@ -122,3 +122,23 @@ def test_command_as_typed_has_no_machine_paths():
     assert command_as_typed(["/site-packages/tmem_bench/cli/__init__.py", "list"], module="tmem_bench.cli") == [
         "python", "-m", "tmem_bench.cli", "list"]
     assert not command_as_typed()[0].startswith("/")
+
+
+def test_off_a_terminal_progress_is_a_plain_line_while_a_cell_trains(tmp_path, monkeypatch):
+    """The serial engine trains in the driver's thread; a log still gets a line every PLAIN_EVERY_S,
+    and each cell's line gives its accuracy at the level it was trained at, as the report does."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    cells = tiny_cells()[:1]
+    real = runner.train_cell
+    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 0.05)
+    monkeypatch.setattr(runner, "train_cell", lambda *a, **k: time.sleep(0.3) or real(*a, **k))
+    console = Console(file=io.StringIO(), width=200)
+    [result] = runner.run_plan(cells, tmp_path, device="cpu", console=console)
+    out = console.file.getvalue()
+    assert "0/1 cells done, 1 running" in out and " elapsed" in out
+    trained = next(e for e in result["eval"] if e["level_key"] == result["validation"]["level_key"])
+    assert f"eval accuracy {trained['accuracy']:.1%} at its trained level" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -196,10 +197,15 @@ def _seen_here(run_dir: RunDir, outcome: dict) -> dict:
 
 
 def _done_line(describe: str, result: dict) -> str:
-    best = max(e["accuracy"] for e in result["eval"])
+    """The cell's accuracy where the report reads it first: at the level it was trained at."""
+    trained = [e for e in result["eval"] if e["level_key"] == result["validation"]["level_key"]]
+    if trained:
+        accuracy = f"eval accuracy {trained[0]['accuracy']:.1%} at its trained level"
+    else:  # trained over a mix of levels, or read only elsewhere
+        accuracy = "eval accuracy " + ", ".join(f"{e['accuracy']:.1%} at {e['level_key']}" for e in result["eval"])
     diverged = (f", DIVERGED at step {result['diverged_at_step']} (non-finite loss)"
                 if result["status"] == "diverged" else "")
-    return (f"done {describe}: {result['wall_time_s']:.0f}s, best eval accuracy {best:.1%}, "
+    return (f"done {describe}: {result['wall_time_s']:.0f}s, {accuracy}, "
             f"probe {result['causality']['verdict']}{diverged}")
 
 
@@ -218,10 +224,15 @@ def _record_failure(run_dir: RunDir, job: dict, describe: str, attempts: int, ou
     })
 
 
+# Off a terminal (a log file, a CI job) the bar does not redraw: a plain line this often instead.
+PLAIN_EVERY_S = 30.0
+
+
 class CellProgress:
     """The driver's display, the same for every executor: cells done, running and failed, and the
     time left. Done is counted from the cell files in cells/, so cells that workers on other
-    machines finish count as soon as their files appear."""
+    machines finish count as soon as their files appear. Off a terminal it prints a plain line at
+    least every PLAIN_EVERY_S while cells run."""
 
     def __init__(self, run_dir: RunDir, ids: list[str], console: Console, slots: int | None):
         self.slots = slots  # cells that can run at once, where the executor knows it
@@ -235,13 +246,20 @@ class CellProgress:
             TextColumn("{task.fields[state]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
             console=console, transient=False)
         self.console = self.progress.console
+        self.started = time.monotonic()
+        self.line = ""
+        self.stop = threading.Event()
+        self.plain = None if self.console.is_terminal else threading.Thread(target=self._plain_lines, daemon=True)
 
     def __enter__(self) -> "CellProgress":
         self.progress.__enter__()
         self.task = self.progress.add_task("cells", total=len(self.ids), state="")
+        if self.plain is not None:
+            self.plain.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop.set()
         self.poll()
         self.progress.__exit__(*exc)
 
@@ -266,4 +284,12 @@ class CellProgress:
             state = f"{running} running" + (f", {self.running - running} queued" if self.running > running else "")
         failed = f", [red]{self.failed} failed[/red]" if self.failed else ""
         self.progress.update(self.task, completed=done, state=state + failed)
+        self.line = f"{done}/{len(self.ids)} cells done, {state}{failed}"
+
+    def _plain_lines(self) -> None:
+        """A plain line every PLAIN_EVERY_S, from a thread of its own: the serial engine trains in
+        the driver's thread, which polls only between cells."""
+        while not self.stop.wait(PLAIN_EVERY_S):
+            elapsed = int(time.monotonic() - self.started)
+            self.console.print(f"{self.line}, {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
 
