@@ -35,6 +35,7 @@ class Point:
     converged: int  # seeds every cell of which met the convergence rule
     not_converged: int  # seeds with a cell that had not; the rest do not say
     nothing_learned: bool  # at chance, with a path from the evidence to the answer (or none measured)
+    blind: bool = False  # no path from the evidence to the answer, at initialisation and trained
     # The state probe at this point, where it was run at the level the model was trained at: its
     # accuracy and the model's own over the probed seeds, and whether it answers clearly more.
     probe: float | None = None
@@ -129,7 +130,7 @@ def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bo
         steps=tuple(sorted({int(s) for s in cells["steps_run"]})), seeds=len(flags),
         converged=sum(all(f is True for f in fs) for fs in flags),
         not_converged=sum(any(f is False for f in fs) for fs in flags),
-        nothing_learned=judge_learning and not blind and spec.nothing_learned(accuracy, chance), **probe)
+        nothing_learned=judge_learning and not blind and spec.nothing_learned(accuracy, chance), blind=blind, **probe)
 
 
 def lower_bounds(points: list[Point], rising: list[Point]) -> list[Point]:

@@ -53,7 +53,7 @@ class ClaimSpec:
             return None if x is None else f"{scale * x:g}"
 
         return self.explain.format(
-            memory=self.memory, baselines=", ".join(self.baselines), reference=self.reference,
+            memory=self.memory, task=self.task, baselines=", ".join(self.baselines), reference=self.reference,
             references=", ".join(self.references), attention_reference=load_power().attention_reference,
             halfway=number(load_power().halfway, 100),
             margin=number(self.margin, 100), accuracy_tolerance=number(self.accuracy_tolerance, 100),
