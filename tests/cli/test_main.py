@@ -153,7 +153,7 @@ MALFORMED = [
     ("out-is-a-file", ["run", "coordinate_binding", "--out", "{f}"], "exists and is not a directory"),
     ("out-empty", ["run", "coordinate_binding", "--out", ""], "--out is empty"),
     ("level-unallocatable", ["run", "coordinate_binding", "--level", "n_writes=10000000000000"],
-     "one sequence cannot be built"),
+     "n_writes must be an integer from 1 to 2147483647"),
     ("batch-unallocatable", ["run", "coordinate_binding", "--batch-size", "1000000000"], "GiB needed"),
     ("seeds-count-huge", ["run", "coordinate_binding", "--seeds", "3000000000"], "--seeds count must be at most"),
     ("seeds-repeated", ["run", "coordinate_binding", "--seed-list", "0,0"], "seeds list 0 more than once"),
@@ -295,3 +295,14 @@ def test_malformed_input_in_a_real_process_has_no_traceback(inputs):
         "early_stop, eval_size, grad_clip, log_every, lr, mixed_levels, seeds, selection_second_seed, steps, "
         "weight_decay"]
     assert tree(work) == []
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_the_version_flag_prints_the_version(flag, capsys):
+    """Issue 57: `-V` said "the following arguments are required: command"."""
+    from tmem_bench.cli import main
+    from tmem_bench.version import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main([flag])
+    assert done.value.code == 0 and capsys.readouterr().out == f"tmem-bench {__version__}\n"

@@ -34,3 +34,23 @@ def test_validity_of_a_tiny_external_run_writes_its_table_figure_and_markdown(tm
     for name in ("validity.md", "validity.png", "validity.svg"):
         assert (tmp_path / "ext/validity" / name).is_file()
     assert "written:" in out and "tau" in out
+
+
+@pytest.mark.parametrize("where, said", [
+    ("file", "--out {out} is a file; give a folder, new or existing"),
+    ("file/under", "--out {out}: {tmp}/file is a file; give a folder, new or existing"),
+    ("/proc/tmem-bench/validity", "--out {out}: cannot create /proc/tmem-bench (No such file or directory)"),
+])
+def test_an_out_that_cannot_be_written_is_one_line_before_anything_is_computed(capsys, tmp_path, where, said):
+    """Issue 57: FileExistsError and FileNotFoundError tracebacks, after the resampling."""
+    (tmp_path / "file").write_text("kept")
+    out = tmp_path / where
+    one_line_error(*cli(["validity", STUDY, STUDY, "--out", out], capsys)[::2],
+                   said.format(out=out, tmp=tmp_path))
+    assert (tmp_path / "file").read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_new_out_folder_made_to_check_it_is_removed_when_the_runs_are_refused(capsys, tmp_path):
+    one_line_error(*cli(["validity", STUDY, STUDY, "--out", tmp_path / "new" / "deeper"], capsys)[::2],
+                   "no closed-loop returns")
+    assert list(tmp_path.iterdir()) == []

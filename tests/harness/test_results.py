@@ -122,3 +122,18 @@ def test_training_loop_speed_comes_from_the_logged_windows():
     result = {"steps_per_s": 1.0, "history": [{"step": 50, "steps_per_s": 10.0}, {"step": 60, "steps_per_s": 5.0}]}
     assert loop_steps_per_s(result) == pytest.approx(60 / (50 / 10 + 10 / 5))
     assert loop_steps_per_s({"steps_per_s": 1.5, "history": []}) == 1.5
+
+
+def test_only_a_regular_file_is_read(tmp_path):
+    """A FIFO is refused without waiting for a writer (issue 57: reading one blocked until killed),
+    and so is a folder."""
+    import os
+
+    from tmem_bench.harness.results import read_text
+
+    (tmp_path / "file").write_text("text")
+    assert read_text(tmp_path / "file") == "text"
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", tmp_path):
+        with pytest.raises(OSError, match="not a regular file"):
+            read_text(path)

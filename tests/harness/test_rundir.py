@@ -110,3 +110,21 @@ def test_selection_json_never_holds_a_bare_nan(run, capsys):
     assert search["trials"][0]["loss"] is None
     report = write_report(run)
     assert not [p for p in report.problems if "selection.json" in p], report.problems
+
+
+@pytest.mark.parametrize("name", ["cells/{cell}.json", "manifest.json"])
+def test_a_fifo_where_a_run_keeps_a_file_is_named_not_waited_on(finished_run, tmp_path, name):
+    """Issue 57: `mkfifo RUN/cells/<id>.json` (or RUN/manifest.json), then `tmem-bench report RUN`,
+    blocked in open() until killed; the FIFO is now named as unreadable, in the report and one line."""
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run / "run", run)
+    path = run / name.format(cell=next((run / "cells").glob("*.json")).stem)
+    path.unlink()
+    os.mkfifo(path)
+    proc = run_cli(["report", str(run)], tmp_path)  # a timeout, not a hang, where it blocks
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "1 problem(s) with the run's files" in proc.stderr
+    assert f"{path.name} is unreadable" in (run / "report.md").read_text()
+    assert "not a regular file" in (run / "report.md").read_text()

@@ -143,7 +143,7 @@ def test_an_unknown_task_in_the_settings_rejects_that_entry_alone(board, capsys)
     assert task_names()[:4] == ["coordinate_binding", "map_building", "no_harm", "occlusion"]
     assert [p.name for p, _ in result.accepted] == ["t-lstm"]
     assert main(["leaderboard", "validate", str(board)]) == 1
-    assert "1 entry valid, 1 rejection(s)" in capsys.readouterr().out
+    assert "1 entry valid, 1 rejected" in capsys.readouterr().out
 
 
 def test_any_failure_while_validating_an_entry_is_its_rejection(board, monkeypatch):
@@ -305,7 +305,7 @@ def test_a_sparse_16_gib_file_is_refused_before_it_is_read(board, tmp_path, suff
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     where = f"weights: weights file cells/{path.name}" if suffix == ".safetensors" else f"cells/{path.name}:"
     assert f"rejected: t-base: {where} is 17,179,869,184 bytes" in proc.stderr, proc.stderr
-    assert "1 entry valid, 1 rejection(s)" in proc.stdout
+    assert "1 entry valid, 1 rejected" in proc.stdout
 
 
 def test_show_and_load_entry_import_no_module_an_entry_names(board, evil, capsys):

@@ -10,6 +10,7 @@ import pytest
 from tests.leaderboard.helpers import entry_path, load
 from tmem_bench.cli import main
 from tmem_bench.files import write_json
+from tmem_bench.harness.results import read_cell
 from tmem_bench.leaderboard import validate
 from tmem_bench.leaderboard.entry import derived
 from tmem_bench.report.stats import bootstrap_ci
@@ -72,3 +73,31 @@ def test_refresh_refuses_what_is_not_an_entry_in_one_line(board, tmp_path, capsy
     assert main(["leaderboard", "refresh", *slugs, "--leaderboard", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert said in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("rehash", [False, True])
+def test_refresh_refuses_a_cell_whose_task_option_validate_refuses(board, monkeypatch, capsys, rehash):
+    """Issue 57: refresh rewrote an entry whose cell names a task option value (n_values = 1) that
+    validate then refused; with the cell's file named for its new settings too (`rehash`), it is the
+    task that refuses the value."""
+    from tmem_bench.harness.plan import cell_from_dict
+
+    make_stale(board, monkeypatch)  # so that refresh has something to rewrite
+    entry = load(board)
+    folder = entry_path(board) / "cells"
+    old = next(c for c in entry["cells"] if read_cell(folder / f"{c}.json")["cell"]["task"] == "coordinate_binding")
+    result = read_cell(folder / f"{old}.json")
+    result["cell"]["task_options"]["n_values"] = 1
+    new = cell_from_dict(result["cell"]).id if rehash else old
+    (folder / f"{old}.json").unlink()
+    write_json(folder / f"{new}.json", {**result, "cell_id": new})
+    (folder / f"{old}.safetensors").rename(folder / f"{new}.safetensors")
+    write_json(entry_path(board) / "entry.json", {**entry, "cells": [new if c == old else c for c in entry["cells"]]})
+    written = (entry_path(board) / "entry.json").read_bytes()
+
+    assert main(["leaderboard", "refresh", "tiny-base", "--leaderboard", str(board)]) == 1
+    err = capsys.readouterr().err
+    said = "n_values must be an integer >= 2, got 1" if rehash else "the file name is not the hash of the cell's"
+    assert err.startswith(f"not refreshed: tiny-base: cells/{new}.json: ") and said in err, err
+    assert (entry_path(board) / "entry.json").read_bytes() == written
+    assert [line for line in validate(board).rejections if line.startswith("tiny-base")]

@@ -42,7 +42,7 @@ def test_submit_validate_build_round_trip(pristine, tmp_path, capsys):
     board = tmp_path / "leaderboard"
     shutil.copytree(pristine, board)
     assert main(["leaderboard", "validate", str(board)]) == 0
-    assert "2 entries valid, 0 rejection(s)" in capsys.readouterr().out
+    assert "2 entries valid, 0 rejected" in capsys.readouterr().out
     assert main(["leaderboard", "build", "--leaderboard", str(board)]) == 0
     readme = (board / "README.md").read_text()
     assert "## coordinate_binding (profile tiny~" in readme and "## no_harm (profile tiny~" in readme

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import UsageError
+from ..errors import MissingExtra, UsageError
 
 
 def _trust_flag(parser) -> None:
@@ -37,7 +37,8 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
                              "https://, file:// or hf://OWNER/REPO[@REVISION]/FOLDER")
     _trust_flag(submit)
     validate = actions.add_parser("validate", parents=[debug],
-                                  help="recompute every entry from its cells; exit 1 when one is rejected")
+                                  help="recompute every entry from its cells; exit 1 when one is rejected, "
+                                       f"{MissingExtra.exit_code} when one cannot be checked without an extra")
     validate.add_argument("path", nargs="?", default="leaderboard", metavar="PATH",
                           help="a leaderboard folder, an entries folder or one entry (default: leaderboard)")
     _trust_flag(validate)
@@ -77,17 +78,24 @@ def add_leaderboard_parser(sub, debug, parser_class) -> None:
 def _print_rejections(validation) -> None:
     for line in validation.rejections:
         print(f"rejected: {line}", file=sys.stderr)
+    for line in validation.unchecked:
+        print(f"not checked: {line}", file=sys.stderr)
 
 
-def _print_rechecked(validation) -> None:
-    """Per valid entry, what its validation recomputed and the largest difference from the stored numbers."""
-    from ..leaderboard.cache import describe
+def _print_verdict(slug: str, verdict: str, lines: list[str]) -> None:
+    """An entry's verdict as soon as it is known (validate's on_entry), on a terminal or in a log: a
+    valid entry's line says what was recomputed, on stdout; the others' lines go to stderr."""
+    for line in lines:
+        if verdict == "valid":
+            print(line, flush=True)
+        else:
+            print(f"{'rejected' if verdict == 'rejected' else 'not checked'}: {line}", file=sys.stderr, flush=True)
 
-    accepted = {path.name for path, _ in validation.accepted}
-    for slug, summary in sorted(validation.rechecked.items()):
-        if slug in accepted:
-            when = f"unchanged since validated here at {summary.get('validated')}; then " if summary["cached"] else ""
-            print(f"{slug}: {when}{describe(summary)}")
+
+def _exit_code(validation) -> int:
+    """1 where an entry is rejected; MissingExtra's code where the rest are valid but some need an
+    extra not installed here (not the entries' fault, and nothing to fix in them); 0 otherwise."""
+    return 1 if validation.rejected else MissingExtra.exit_code if validation.unchecked else 0
 
 
 def _freshness(validation) -> str:
@@ -128,12 +136,11 @@ def cmd_leaderboard(args) -> int:
 
         return show(args.entry, args.cell, args.allow_module_names)
     if args.action == "validate":
-        validation = validate(args.path, args.allow_module_names, args.full, progress=True)
-        _print_rechecked(validation)
-        _print_rejections(validation)
-        n = len(validation.accepted)
-        print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejections)} rejection(s)")
-        return 1 if validation.rejections else 0
+        validation = validate(args.path, args.allow_module_names, args.full, progress=True, on_entry=_print_verdict)
+        n, unchecked = len(validation.accepted), len(validation.unchecked)
+        print(f"{n} entr{'y' if n == 1 else 'ies'} valid, {len(validation.rejected)} rejected"
+              + (f", {unchecked} not checked (an optional extra is not installed)" if unchecked else ""))
+        return _exit_code(validation)
     if args.out is not None and args.with_run is None:
         raise UsageError("--out goes with --with RUN_DIR (a preview); the board itself is written into --leaderboard")
     if args.with_run is not None:
@@ -142,10 +149,12 @@ def cmd_leaderboard(args) -> int:
 
     with held(args.leaderboard):  # a submit's entries are all there or none while the board is drawn
         validation = validate(args.leaderboard, args.allow_module_names, args.full, progress=True)
-        if validation.rejections:
+        if validation.rejected or validation.unchecked:
             _print_rejections(validation)
-            print("board not written: fix or remove the rejected entries first", file=sys.stderr)
-            return 1
+            print("board not written: fix or remove the rejected entries first" if validation.rejected else
+                  "board not written: install the extras named above, so that every entry is checked",
+                  file=sys.stderr)
+            return _exit_code(validation)
         readme, page = build(args.leaderboard, validation.accepted)
     print(f"board: {readme}, {page} ({len(validation.accepted)} entries: {_freshness(validation)})")
     return 0
@@ -165,7 +174,8 @@ def _preview(args) -> int:
         previews = preview_entries(args.with_run)
     if args.full:
         validation = validate(args.leaderboard, args.allow_module_names, True, progress=True)
-        published, left_out, how = validation.accepted, validation.rejections, f"{_freshness(validation)}"
+        published, how = validation.accepted, f"{_freshness(validation)}"
+        left_out = validation.rejections + validation.unchecked
     else:
         published, left_out = committed(args.leaderboard)
         how = "as committed, not re-evaluated (--full re-evaluates them)"

@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tmem-bench", description="Diagnostic toy tasks for memory in sequence models.")
     parser.add_argument("--debug", action="store_true", help="on an error, also print the full traceback")
-    parser.add_argument("--version", action="version", version=f"tmem-bench {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"tmem-bench {__version__}")
     # Also accepted after the subcommand; SUPPRESS keeps a subcommand from resetting it to False.
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exception(e)
         print(f"tmem-bench: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
     except OSError as e:
         message = storage_error(e)
         if message is None:

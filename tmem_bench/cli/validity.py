@@ -2,9 +2,14 @@
 rankings on external tasks (`tmem_bench.report.validity`)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import UsageError, check_int
+
+# Each resample ranks every model again for each of ~100 pairs of scores, in Python: past this the
+# command runs for hours, and the intervals have long stopped moving.
+MAX_RESAMPLES = 100_000
 
 
 def add_validity_parser(sub, debug) -> None:
@@ -24,10 +29,34 @@ def cmd_validity(args) -> int:
     if len(args.runs) < 2:
         raise UsageError("validity needs at least one toy run and the external run: tmem-bench validity TOY_RUN... EXTERNAL_RUN")
     *toys, external = args.runs
+    resamples = check_int("--resamples", args.resamples, maximum=MAX_RESAMPLES)
     out = Path(args.out) if args.out else Path(external) / "validity"
-    table = write_validity(toys, external, out, check_int("--resamples", args.resamples))
+    writable_folder(out)  # before minutes of resampling, not after
+    table = write_validity(toys, external, out, resamples)
     width = max(len(t) for t in table["toy"])
     for _, row in table.iterrows():
         print(f"{row['toy']:<{width}}  {row['external']:<40}  tau {tau_text(row)}  ({row['n_models']} models)")
     print(f"written: {out}/validity.md, validity.csv, validity.png")
     return 0
+
+
+def writable_folder(out: Path) -> None:
+    """A UsageError naming what is wrong when `out` is a file or cannot be created or written; the
+    folders made to find out are removed again, so nothing is left behind."""
+    created = []
+    try:
+        for folder in [*reversed(out.parents), out]:
+            if folder.exists() and not folder.is_dir():
+                where = "" if folder == out else f": {folder}"
+                raise UsageError(f"--out {out}{where} is a file; give a folder, new or existing")
+            if not folder.is_dir():
+                folder.mkdir()
+                created.append(folder)
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise UsageError(f"--out {out} is not writable; give a folder you may write to")
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create {e.filename or out} ({e.strerror}); give a folder you may "
+                         f"write to, new or existing") from None
+    finally:
+        for folder in reversed(created):
+            folder.rmdir()

@@ -1,11 +1,15 @@
 """Cell results as files and as rows: a cell file read and checked, weights, the rows a cell gives
-(evaluation, training curve, gates) and the results table. Where each file lies in a run directory is rundir.py's."""
+(evaluation, training curve, gates) and the results table; a run's files read only where they are
+regular files. Where each file lies in a run directory is rundir.py's."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
@@ -42,6 +46,23 @@ def canonical_safetensors(blob: bytes) -> bytes:
     return len(header).to_bytes(8, "little") + header + blob[8 + n:]
 
 
+def open_regular(path) -> BinaryIO:
+    """`path` opened for binary reading, or an OSError when it is not a regular file. It is opened
+    without waiting (a plain open() of a FIFO blocks until something writes to it) and checked
+    before anything is read, so a FIFO, device or folder put where a run keeps a file is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or folder is never read)", str(path))
+    return os.fdopen(fd, "rb")
+
+
+def read_text(path) -> str:
+    """The text of a regular file (open_regular)."""
+    with open_regular(path) as f:
+        return f.read().decode()
+
+
 def load_weights(path: Path, module) -> None:
     """Load a cell's weights into a module (torch.nn.Module) built from the cell's settings;
     ValueError names the file when it is unreadable, larger than the module's weights can be
@@ -54,7 +75,7 @@ def load_weights(path: Path, module) -> None:
     # safetensors' header is a few dozen bytes a tensor; this allows many times that
     limit = 2**16 + 2**10 * len(state) + sum(t.numel() * t.element_size() for t in state.values())
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             data = f.read(limit + 1) if size <= limit else None  # read to the limit: the file may grow
         if data is None or len(data) > limit:
@@ -76,7 +97,7 @@ def read_cell(path: Path) -> dict:
     path = Path(path)
     name = f"cell file cells/{path.name}"
     try:
-        result = json.loads(path.read_text())
+        result = json.loads(read_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{name} is unreadable: {e}") from None
     found = violations(result, "cell")

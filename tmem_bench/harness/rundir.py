@@ -36,7 +36,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..files import write_atomic, write_json
 from ..schema import describe, violations
-from .results import read_cell, results_table, rows, write_weights
+from .results import read_cell, read_text, results_table, rows, write_weights
 
 
 def _me() -> dict:
@@ -172,7 +172,7 @@ class RunDir:
 
     def _read_holder(self) -> dict | None:
         try:
-            holder = json.loads(self._lock_path.read_text() or "null")
+            holder = json.loads(read_text(self._lock_path) or "null")
         except (OSError, json.JSONDecodeError):
             return None
         return holder if isinstance(holder, dict) else None
@@ -198,7 +198,7 @@ class RunDir:
     def manifest(self) -> dict | None:
         """manifest.json, or None where there is none yet; a UsageError when it is unreadable."""
         try:
-            manifest = json.loads(self.manifest_path.read_text())
+            manifest = json.loads(read_text(self.manifest_path))
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -355,7 +355,7 @@ class RunDir:
         found = {}
         for path in sorted((self.path / "failed").glob("*.json")):
             try:
-                record = json.loads(path.read_text())
+                record = json.loads(read_text(path))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 record = {"error": f"failed/{path.name} is unreadable"}
             found[path.stem] = record if isinstance(record, dict) else {"error": f"failed/{path.name} is malformed"}
@@ -367,7 +367,7 @@ class RunDir:
         """The learning-rate searches of selection.json as written, or none where there is no file; a
         ValueError names what is wrong with one that is unreadable or malformed."""
         try:
-            written = json.loads(self.selection_path.read_text())
+            written = json.loads(read_text(self.selection_path))
         except FileNotFoundError:
             return []
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

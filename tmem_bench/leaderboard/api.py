@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import MissingExtra, UsageError
 from ..harness.results import read_cell, results_table
-from ..registry import module_names
+from ..registry import TASKS, module_names
 from .guard import cell_path, read_entry_json, size_problem
 from .names import refusal
 from .weights import Unreachable, locate
@@ -131,6 +131,9 @@ def load_entry(path, allow_module_names: bool = False) -> LoadedEntry:
             raise UsageError(f"{path.name}: {e}") from None
     for cell_id, result in cells.items():
         cell = result["cell"]
+        extra = TASKS.extra_of(cell["task"])
+        if extra is not None:  # POPGym's tasks without the popgym extra: not a fault of the entry
+            raise MissingExtra(extra, f"{path.name}: ")
         with module_names(allow_module_names):  # a factory's signature is read from its imported module
             problem = (refusal("task", cell["task"], cell["task_options"], allow_module_names)
                        or refusal("model", cell["model"], cell["model_options"], allow_module_names)
@@ -142,7 +145,8 @@ def load_entry(path, allow_module_names: bool = False) -> LoadedEntry:
 
 def show(path, cell_id: str | None = None, allow_module_names: bool = False) -> int:
     """`tmem-bench leaderboard show`: each cell's stored and recomputed numbers, per level; exit
-    status 1 when the re-evaluation rejects one."""
+    status 1 when the re-evaluation rejects one (MissingExtra, exit 3, where the entry's tasks need an
+    extra not installed here)."""
     import sys
 
     import pandas as pd

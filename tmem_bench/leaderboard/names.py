@@ -99,6 +99,13 @@ def refusal(kind: str, name, options: dict | None, allow_module_names: bool) -> 
     return None
 
 
+def missing_extra(entry: dict, results: dict[str, dict]) -> str | None:
+    """The optional extra, not installed here, whose tasks the entry names (POPGym's without the popgym
+    extra), or None: such an entry cannot be checked here, which says nothing of the entry."""
+    return next((extra for _, kind, name, _ in name_sites(entry, results)
+                 if kind == "task" and (extra := TASKS.extra_of(name)) is not None), None)
+
+
 def refused_names(entry: dict, results: dict[str, dict], allow_module_names: bool) -> list[tuple[str, str]]:
     """(where, reason) for each name or option the entry may not give, at the first place it gives it."""
     out, seen = [], set()

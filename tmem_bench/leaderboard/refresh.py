@@ -16,8 +16,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..files import write_json
+from ..harness.plan import cell_from_dict
 from ..harness.results import read_cell
-from ..registry import module_names
+from ..registry import get_task, module_names
 from ..version import __version__
 from .entry import derived, find_schema, planned_cells
 from .folder import held
@@ -50,6 +51,16 @@ def rebuilt(entry_dir: Path, validator, allow_module_names: bool = False) -> tup
     refused = refused_names(entry, results, allow_module_names)
     if refused:  # nothing is planned from a name validation refuses (planning imports it)
         raise UsageError(": ".join(refused[0]))
+    for cell_id, result in results.items():
+        # What validate checks of each cell before anything else: its id is the hash of its settings,
+        # and its task takes its option values (a task refuses a bad one when it is made, as validate
+        # makes it to regenerate the evaluation set), so refresh never rewrites an entry validate refuses.
+        try:
+            if cell_from_dict(result["cell"]).id != cell_id:
+                raise UsageError("the file name is not the hash of the cell's settings")
+            get_task(result["cell"]["task"], **result["cell"]["task_options"])
+        except (KeyError, TypeError, ValueError) as e:  # UsageError is a ValueError
+            raise UsageError(f"cells/{cell_id}.json: {e}") from None
     _, shown, _ = planned_cells(entry["run"], entry["profile"], results)
     return entry, derived([r for r in results.values() if r["cell_id"] in shown])
 

@@ -16,18 +16,19 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from ..diagnostics.causality import causality_probe
-from ..errors import UsageError
+from ..errors import MissingExtra, UsageError
 from ..harness.plan import cell_from_dict
 from ..harness.results import read_cell
 from ..levels import level_key
 from ..registry import get_task, module_names
 from ..version import __version__
-from .cache import Recheck, ValidationCache, cell_count
+from .cache import Recheck, ValidationCache, cell_count, describe
 from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
 from .guard import MAX_JSON_BYTES, entry_dirs, not_readable  # noqa: F401 - validate's names before guard.py
-from .names import refused_names
+from .names import missing_extra, refused_names
 from .reeval import reevaluate
 
 TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs JSON float round trips
@@ -36,8 +37,12 @@ TOLERANCE = 1e-9  # the recomputation is the same arithmetic; this only absorbs 
 @dataclass
 class Validation:
     accepted: list[tuple[Path, dict]] = field(default_factory=list)
-    rejections: list[str] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)  # one line per reason, several per entry
     rechecked: dict[str, dict] = field(default_factory=dict)  # slug -> what was recomputed (cache.Recheck)
+    rejected: list[str] = field(default_factory=list)  # the slugs of the rejected entries
+    # One line per entry that names a task of an optional extra not installed here: neither valid nor
+    # rejected, since the fault is this machine's (MissingExtra).
+    unchecked: list[str] = field(default_factory=list)
 
 
 def known_suite_version(version: str) -> bool:
@@ -204,6 +209,9 @@ def validate_entry(entry_dir: Path, validator, eval_sets: _EvalSets, allow_modul
             reject("cells", f"{missing} is listed but its cell file is missing")
         for extra in sorted(set(results) - set(entry["cells"])):
             reject("cells", f"cells/{extra}.json is not listed in the entry")
+    extra = missing_extra(entry, results)
+    if extra is not None and not lines:
+        raise MissingExtra(extra)
     for where, reason in refused_names(entry, results, allow_module_names):
         reject(where, reason)
     if lines:
@@ -297,12 +305,14 @@ def _submitted(entry: dict) -> datetime:
 
 
 def validate(path="leaderboard", allow_module_names: bool = False, full: bool = False,
-             progress: bool = False) -> Validation:
-    """Every entry under `path`, accepted or rejected in one line per reason. `allow_module_names`
-    trusts the entries' module:attribute names (which import and run the code they name): for
-    one's own entries, never for a board's submitted ones. An entry validated on this machine before,
-    unchanged in everything its verdict depends on, is not validated again unless `full` (cache.py);
-    `progress` shows the re-evaluation's progress on stderr."""
+             progress: bool = False, on_entry: Callable[[str, str, list[str]], None] | None = None) -> Validation:
+    """Every entry under `path`, accepted or rejected in one line per reason, or unchecked where it
+    needs an extra not installed here. `allow_module_names` trusts the entries' module:attribute names
+    (which import and run the code they name): for one's own entries, never for a board's submitted
+    ones. An entry validated on this machine before, unchanged in everything its verdict depends on, is
+    not validated again unless `full` (cache.py); `progress` shows the re-evaluation's progress on
+    stderr; `on_entry(slug, "valid" | "rejected" | "unchecked", lines)` is told each verdict as soon as
+    it is known (a valid entry's line says what was recomputed)."""
     from jsonschema import Draft202012Validator
 
     path = Path(path)
@@ -322,25 +332,40 @@ def validate(path="leaderboard", allow_module_names: bool = False, full: bool = 
             f"their weights" + (" (--full: whatever was recorded)" if full else
                                 f": once on this machine, each entry's verdict recorded in {cache.path} as it "
                                 f"finishes, so that an interrupted validation resumes where it stopped"))
+    tell = on_entry or (lambda slug, verdict, lines: None)
     with module_names(allow_module_names), Recheck(cell_count(stale), progress, note) as recheck:
         for entry_dir in dirs:
+            slug = entry_dir.name
             if hits[entry_dir] is not None:
-                entry, out.rechecked[entry_dir.name] = hits[entry_dir][0], {**hits[entry_dir][1], "cached": True}
+                entry, out.rechecked[slug] = hits[entry_dir][0], {**hits[entry_dir][1], "cached": True}
                 good.append((entry_dir, entry))
+                tell(slug, "valid", [f"{slug}: unchanged since validated here at {hits[entry_dir][1].get('validated')}; "
+                                     f"then {describe(hits[entry_dir][1])}"])
                 continue
             try:
                 entry, lines = validate_entry(entry_dir, validator, eval_sets, allow_module_names, recheck)
+            except MissingExtra as e:
+                out.unchecked.append(f"{slug}: {e}")
+                tell(slug, "unchecked", out.unchecked[-1:])
+                continue
             except Exception as e:  # noqa: BLE001 - one entry's failure, whatever it is, is that entry's rejection
                 message = str(e).splitlines()[0] if str(e) else ""
                 kind = "" if isinstance(e, UsageError) else f"{type(e).__name__}: "
-                entry, lines = None, [f"{entry_dir.name}: cannot be validated: {kind}{message}"]
+                entry, lines = None, [f"{slug}: cannot be validated: {kind}{message}"]
             out.rejections.extend(lines)
             if entry is not None:
                 good.append((entry_dir, entry))
-                cache.put(entry_dir, recheck.summaries[entry_dir.name])
+                cache.put(entry_dir, recheck.summaries[slug])
+                tell(slug, "valid", [f"{slug}: {describe(recheck.summaries[slug])}"])
+            else:
+                out.rejected.append(slug)
+                tell(slug, "rejected", lines)
     cache.save()
     out.rechecked |= {slug: {**summary, "cached": False} for slug, summary in recheck.summaries.items()}
     kept, lines = _duplicates(good)
     out.accepted = [item for item in good if item in kept]
+    out.rejected += [item[0].name for item in good if item not in kept]
     out.rejections.extend(lines)
+    for line in lines:
+        tell(line.partition(":")[0], "rejected", [line])
     return out
