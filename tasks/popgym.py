@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import zlib
 
 import numpy as np
 import torch
@@ -178,7 +177,7 @@ class PopgymTask(Task):
 
     def closed_loop_seeds(self, level: Level) -> list[int]:
         """The fixed environment seeds the closed-loop score acts on, from their own reserved seed."""
-        seed = MAX_TRAIN_SEED + zlib.crc32(f"closed_loop|{self.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
+        seed = self.reserved_seed("closed_loop", level)
         drawn = torch.randint(0, MAX_TRAIN_SEED, (self.closed_loop_episodes,), generator=torch.Generator().manual_seed(seed))
         return drawn.tolist()
 
@@ -188,7 +187,7 @@ def _best_constant(cls: type, difficulty: int) -> float:
     """Accuracy of the best constant answer on reference episodes from their own seed (the labels
     do not depend on the task's options)."""
     task, level = cls(), {"difficulty": difficulty}
-    seed = MAX_TRAIN_SEED + zlib.crc32(f"chance|{task.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
+    seed = task.reserved_seed("chance", level)
     target = task.sample(level, CHANCE_EPISODES, torch.Generator().manual_seed(seed))["target"]
     return torch.bincount(target.flatten(), minlength=task.n_classes).max().item() / target.numel()
 

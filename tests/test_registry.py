@@ -1,6 +1,7 @@
 """Installed plug-ins that are broken: one that raises on import is one line in `list` (every other
 task still listed) and a one-line error in `run` and `check`, like a module:attribute that cannot be
-loaded; a task whose constructor raises is a one-line error in `run`."""
+loaded; a task whose constructor raises is a one-line error in `run`. Which variants force memory,
+asked by name (`variant_forces_memory`), as its four copies before it answered."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +9,9 @@ import sys
 import pytest
 
 from tmem_bench.cli import main
-from tmem_bench.registry import BACKBONES, TASKS
+from tmem_bench.diagnostics.conformance_tasks import task_variants
+from tmem_bench.harness.plan import _variant_name
+from tmem_bench.registry import BACKBONES, TASKS, get_task, task_names, variant_forces_memory
 
 ENTRY_POINTS = """
 [tmem_bench.tasks]
@@ -95,3 +98,36 @@ def test_a_task_made_under_trust_is_refused_where_module_names_are_not(tmp_path,
     with pytest.raises(UsageError, match="module:attribute names are not imported here"):
         get_task("trusted_task:Task", vocab=8)
     sys.modules.pop("trusted_task", None)
+
+
+def _registered_variants():
+    """(task name, the name a cell records for the variant, the task) of every registered task's
+    every variant, named as the planner names them."""
+    for name in task_names():
+        standard = TASKS.get(name)()
+        for _, task in task_variants(TASKS.get(name), {}):
+            yield name, _variant_name(standard, task), task
+
+
+def test_the_memory_forcing_predicate_agrees_with_its_four_old_copies_on_every_registered_variant():
+    seen = set()
+    for name, variant, task in _registered_variants():
+        options = task.options()
+        cls = TASKS.get(name)
+        old = {
+            "report/rules.py": variant != "standard" and cls.forces_memory(options),
+            "report/validity.py": name in TASKS and cls.forces_memory(options),
+            "leaderboard/board.py": get_task(name).forces_memory(options),
+            "leaderboard/about.py": variant != "standard" and type(get_task(name)).forces_memory(options),
+        }
+        assert set(old.values()) == {variant_forces_memory(name, variant, options)}, (name, variant, old)
+        seen.add(variant_forces_memory(name, variant, options))
+    assert seen == {True, False}  # both answers are given somewhere, so the comparison can fail either way
+
+
+def test_a_task_not_installed_here_is_read_as_standard(plugins):
+    assert variant_forces_memory("no_such_task", "block_queries=True", {"block_queries": True}) is False
+    assert variant_forces_memory("broken_task", "block_queries=True", {"block_queries": True}) is False
+    assert variant_forces_memory("coordinate_binding", "block_queries=True", {"block_queries": True}) is True
+    # A standard cell loads no task, whatever its options say.
+    assert variant_forces_memory("coordinate_binding", "standard", {"block_queries": True}) is False

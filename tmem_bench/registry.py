@@ -127,15 +127,11 @@ class Registry:
                                  f"{type(e).__name__}: {e}") from e
         if ":" in name and _MODULE_NAMES.get():
             return load_attribute(name, self.kind)
-        extra = self.extra_of(name)
-        if extra is not None:
-            raise UsageError(f"{self.kind} {name!r} needs the {extra} extra: pip install -e \".[{extra}]\" "
-                             f"(from a clone) or pip install {self._packages[extra]}")
+        for extra, names in self.missing_extras.items():
+            if name in names:
+                raise UsageError(f"{self.kind} {name!r} needs the {extra} extra: pip install -e \".[{extra}]\" "
+                                 f"(from a clone) or pip install {self._packages[extra]}")
         raise UsageError(self.unknown(name))
-
-    def extra_of(self, name) -> str | None:
-        """The optional extra, not installed here, that would add `name`; None for any other name."""
-        return next((extra for extra, names in self.missing_extras.items() if name in names), None)
 
     def unknown(self, name: str) -> str:
         """Why `name` names nothing here, and what it may name."""
@@ -193,3 +189,17 @@ def task_names() -> list[str]:
 
 def backbone_names() -> list[str]:
     return BACKBONES.names()
+
+
+def variant_forces_memory(task: str, variant: str, options: dict) -> bool:
+    """Whether a cell's variant (its task's name, the variant's name and its options, as the cell
+    records them) is memory-forcing, as its registered task declares (`Task.forces_memory`): what
+    the report, the validity table and the board all ask. The standard variant, the task's defaults,
+    never is (`tmem-bench check --task` holds a task to it), so it loads no task; a task that cannot
+    be loaded here (a plug-in not installed, an extra missing) is read as standard."""
+    if variant == "standard":
+        return False
+    try:
+        return TASKS.get(task).forces_memory(options)
+    except UsageError:
+        return False

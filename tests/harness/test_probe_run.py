@@ -226,29 +226,12 @@ def test_a_probe_number_is_usable_where_a_member_of_its_family_reads_the_referen
     assert probe_run_module.settle(row, none)["calibration"] == none
 
 
-def test_a_stored_row_with_its_chosen_readouts_calibration_alone_gets_the_familys_on_resume(tiny_run, tmp_path, monkeypatch):
-    run = tmp_path / "old_choice"
-    shutil.copytree(tiny_run, run)
-    (run / "state_probe.json").unlink(missing_ok=True)
-    doc = probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None)
-    # As a probe before the family's calibration was read wrote it: only the chosen readout's
-    # reading of the reference.
-    for row in doc["rows"]:
-        c, chosen = row["calibration"], row["readout"]
-        row["calibration"] = {"format": c["format"], "reference": c["reference"], "best": c["best"],
-                              "probe": c["readouts"][chosen], "ratio": c["readouts"][chosen] / c["best"],
-                              "usable": False}
-    (run / "state_probe.json").write_text(json.dumps(doc))
-    monkeypatch.setattr("tmem_bench.diagnostics.state_probe.probe_model", lambda *a, **k: 1 / 0)
-    again = probe_run(run, labels=["lstm"], config=TINY, say=lambda line: None)
-    for row in again["rows"]:
-        reads = doc["calibrations"][next(iter(doc["calibrations"]))]["readouts"]
-        assert set(row["calibration"]["readouts"]) == set(row["readouts"]) and row["calibration"]["readouts"] == reads
-        assert row["calibration"]["usable"] == (row["calibration"]["ratio"] >= CALIBRATION_GOAL)
-        family = list(row["readouts"])
-        best = max(family, key=lambda n: (row["readouts"][n]["validation"], -family.index(n)))
-        assert row["readout"] == best and row["probe_accuracy"] == row["readouts"][best]["evaluation"]
-        assert row["calibration"]["ratio"] == max(reads.values()) / row["calibration"]["best"]
+def test_the_familys_read_is_its_best_member_the_first_of_a_tie():
+    # The one rule a probed cell's calibration and `probe --calibrate`'s "best member" column read.
+    reads = {"gated": 0.45, "attention": 0.9, "rows_linear": 0.9}
+    assert probe_run_module.family_read(reads, ["gated", "attention", "rows_linear"], 0.9) == ("attention", 1.0)
+    assert probe_run_module.family_read(reads, ["rows_linear", "attention"], 0.9)[0] == "rows_linear"
+    assert probe_run_module.family_read(reads, ["gated"], 0.9) == ("gated", 0.5)
 
 
 def test_calibrations_are_taken_from_another_runs_file_not_trained_again(tiny_run, tmp_path, monkeypatch):

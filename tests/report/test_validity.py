@@ -126,8 +126,9 @@ def test_a_toy_ranking_the_external_run_shares_has_tau_one_and_the_table_says_so
     table = validity_table([study], external, n_boot=200)
     row = table[(table["toy"] == coordinate.name) & (table["external"] == names[1])].iloc[0]
     assert row["tau"] == 1.0 and row["n_models"] == 7
-    text = validity_markdown(table, ["study_converge"], "ext")
+    text = validity_markdown(table, ["study_converge"], "ext", 200)
     assert "|tau| >= 0.71" in text and f"| {coordinate.name} | +1.00" in text
+    assert "(200 resamples, seeded)" in text  # the count the table was made with, not the default
 
 
 def test_a_run_without_returns_is_refused_as_external():

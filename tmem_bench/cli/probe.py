@@ -118,15 +118,15 @@ def cmd_probe(args) -> int:
 
 def _calibrate(args, config, device) -> int:
     from ..contracts.device import hardware
-    from ..diagnostics.probe_references import BY_NAME, calibrate_reference
-    from ..harness.probe_run import CALIBRATION_GOAL
+    from ..diagnostics.probe_references import BY_NAME, TASK, calibrate_reference
+    from ..harness.probe_run import CALIBRATION_GOAL, family_read
     from ..registry import get_task
 
     names = _list("--references", args.references) or list(BY_NAME)
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise UsageError(f"--references: unknown {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
-    task = get_task("coordinate_binding", block_queries=True)
+    task = get_task(TASK, block_queries=True)
     level = {}
     for item in args.level.split(","):
         axis, sep, value = item.partition("=")
@@ -135,9 +135,9 @@ def _calibrate(args, config, device) -> int:
                              "(for example n_writes=10,noise=0.05)")
         level[axis] = number(value, f"--level {axis}")
     level = task.validate_level(level)
-    train_task = get_task("coordinate_binding", block_queries=True, n_queries=config.queries)
+    train_task = get_task(TASK, block_queries=True, n_queries=config.queries)
     columns = list(config.readouts)
-    print(f"coordinate_binding @ {','.join(f'{k}={v}' for k, v in level.items())}, {config.steps} steps of "
+    print(f"{TASK} @ {','.join(f'{k}={v}' for k, v in level.items())}, {config.steps} steps of "
           f"{config.batch_size} sequences per readout, readout seed {config.seed}, on {device} ({hardware(device)})")
     print(f"{'reference':<14} {'best':>6} {'kind':<9} " + " ".join(f"{c:>15}" for c in columns)
           + f"  {'best member':<15} {'of best':>7} {'time':>6}")
@@ -146,9 +146,7 @@ def _calibrate(args, config, device) -> int:
         r = calibrate_reference(name, task, level, config, train_task, device)
         seconds = time.perf_counter() - start
         cells = [f"{r['readouts'][c]:.3f}" if c in r["readouts"] else "n/a" for c in columns]
-        # The family's read, as a probed cell's calibration takes it (probe_run.settle): its best member's.
-        member = max(columns, key=lambda c: (r["readouts"][c], -columns.index(c)))
-        ratio = r["readouts"][member] / r["best"]
+        member, ratio = family_read(r["readouts"], columns, r["best"])  # as a probed cell's calibration reads it
         goal = "" if not r["complete"] else ("  goal met" if ratio >= CALIBRATION_GOAL else "  below goal")
         print(f"{name:<14} {r['best']:>6.3f} {r['best_kind']:<9} " + " ".join(f"{c:>15}" for c in cells)
               + f"  {member:<15} {ratio:>7.0%} {seconds:>5.0f}s{goal}", flush=True)

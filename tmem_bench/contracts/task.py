@@ -135,8 +135,15 @@ class Task:
         """The fixed evaluation set of a level and its sha256 fingerprint."""
         return self._fixed_set(self.eval_seed(level), level, size)
 
+    def reserved_seed(self, purpose: str, level: Level) -> int:
+        """The seed of a fixed set drawn for `purpose` ("validation", "closed_loop", "chance",
+        "state_probe|train", ...) at `level`: in [MAX_TRAIN_SEED, SEED_BITS), where no training seed
+        lies, and apart for each purpose, task and level. Cell ids and the committed results depend on
+        these values, so the formula never changes."""
+        return MAX_TRAIN_SEED + zlib.crc32(f"{purpose}|{self.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
+
     def validation_seed(self, level: Level) -> int:
-        return MAX_TRAIN_SEED + zlib.crc32(f"validation|{self.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
+        return self.reserved_seed("validation", level)
 
     def validation_set(self, level: Level, size: int) -> tuple[Batch, str]:
         """The fixed validation set of a level (hyperparameters are chosen on it, never on the

@@ -42,6 +42,10 @@ from ..contracts.task import Adapter, Batch, Task
 from ..levels import Level
 from .state_probe import probe_model
 
+# The task whose writes and queries the references are built from: the only task the probe has
+# references for, so the only one a probe number can be calibrated on.
+TASK = "coordinate_binding"
+
 GRID = 6  # voxel cells per axis: Tensor Memory's default grid
 KV_FEATURES = 64  # phi's width: the delta rule stores W writes exactly when it exceeds W
 DENSE_WIDTH = 512
@@ -249,8 +253,8 @@ class ReferenceMemory(nn.Module):
 
 def reference_model(name: str, task: Task, level: Level) -> TaskModel:
     """A TaskModel of reference `name` for coordinate binding at `level`, read by the probe like any memory."""
-    if task.name != "coordinate_binding":
-        raise ValueError(f"the reference states are built for coordinate_binding, not {task.name!r}")
+    if task.name != TASK:
+        raise ValueError(f"the reference states are built for {TASK}, not {task.name!r}")
     return TaskModel(ReferenceAdapter(task.n_classes),
                      ReferenceMemory(reference(name), task.n_classes, int(level["n_writes"])))
 

@@ -27,7 +27,6 @@ RUN_DIR/state_probe.json.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 import torch
@@ -36,9 +35,9 @@ import torch.nn.functional as F
 
 from ..contracts.device import to_device
 from ..contracts.model import TaskModel
-from ..contracts.task import MAX_TRAIN_SEED, Batch, Task, split_batch
+from ..contracts.task import Batch, Task, split_batch
 from ..errors import UsageError
-from ..levels import Level, level_key
+from ..levels import Level
 from .probe_readouts import DEFAULT_READOUTS, READOUTS, Layout, build_readout
 
 NO_STATE = "no state to probe"
@@ -98,12 +97,6 @@ def describe_readout(config: ReadoutConfig = ReadoutConfig()) -> str:
         f"steps) are chosen and scored on the cell's evaluation set, the sequences of the model's own accuracy. A "
         f"model whose backbone has no memory_state hook (attention alone) has no state to probe."
     )
-
-
-def probe_seed(task: Task, level: Level, part: str) -> int:
-    """A data seed for the probe's `part` ("train", "calibration", "validation"): in the validation
-    seeds' range, where no training seed lies, and named apart from the validation sets' own."""
-    return MAX_TRAIN_SEED + zlib.crc32(f"state_probe|{part}|{task.name}|{level_key(level)}".encode()) % MAX_TRAIN_SEED
 
 
 def probe_problem(task: Task, level: Level, batch: Batch) -> str | None:
@@ -190,9 +183,9 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
         return {"status": NO_STATE}
     draw = StateReader(model, train_task, level, device)
     standardise = Standardise(*draw(train_task.sample(
-        level, 1024, torch.Generator().manual_seed(probe_seed(task, level, "calibration"))))[:2])
+        level, 1024, torch.Generator().manual_seed(task.reserved_seed("state_probe|calibration", level))))[:2])
     validation = standardise(read(task.sample(
-        level, config.validation_size, torch.Generator().manual_seed(probe_seed(task, level, "validation")))))
+        level, config.validation_size, torch.Generator().manual_seed(task.reserved_seed("state_probe|validation", level)))))
     evaluation = standardise(evaluation)
 
     names = list(config.readouts)
@@ -202,7 +195,7 @@ def probe_model(model: TaskModel, task: Task, level: Level, eval_batch: Batch, c
         readout = build_readout(name, read.layout, evaluation[1].shape[2], task.n_classes, config).to(device)
         optimizer = torch.optim.AdamW(readout.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         members[name] = [readout, optimizer, (-1.0, 0, None)]
-    generator = torch.Generator().manual_seed(probe_seed(task, level, "train"))
+    generator = torch.Generator().manual_seed(task.reserved_seed("state_probe|train", level))
     for step in range(1, config.steps + 1):
         # One draw of states per step, read by every member: the frozen model runs once, not once per readout.
         states, queries, target = standardise(draw(train_task.sample(level, config.batch_size, generator)))

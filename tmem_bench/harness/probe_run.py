@@ -82,7 +82,7 @@ def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibr
     """How well each readout reads the reference closest to format `fmt` at this task and level,
     training the reference (every readout, on `device`) where `calibrations` lacks it."""
     name = probe_references.closest_reference(fmt)
-    if task.name != "coordinate_binding" or name is None:
+    if task.name != probe_references.TASK or name is None:
         return {"format": fmt, "reference": None, "usable": False,
                 "why": f"no reference states for task {task.name!r}" if name else f"no reference of format {fmt!r}"}
     key = calibration_key(task, level, name)
@@ -103,29 +103,18 @@ def settle(row: dict, calibration: dict) -> dict:
     row = {**row, **chosen_readout(row["readouts"])}
     if calibration.get("reference") is None:
         return {**row, "calibration": calibration}
-    reads, family = calibration["readouts"], [n for n in row["readouts"] if n in calibration["readouts"]]
-    member = max(family, key=lambda n: (reads[n], -family.index(n)))  # on a tie, the first in the family's order
-    ratio = reads[member] / calibration["best"]
+    reads = calibration["readouts"]
+    member, ratio = family_read(reads, [n for n in row["readouts"] if n in reads], calibration["best"])
     return {**row, "calibration": {**calibration, "member": member, "probe": reads[member], "ratio": ratio,
                                    "usable": ratio >= CALIBRATION_GOAL, "chosen_probe": reads[row["readout"]]}}
 
 
-def _resettled(row: dict, result: dict, calibrations: dict) -> dict:
-    """A stored row settled again by `settle`: a probe written before the family's calibration was
-    read stored only its chosen member's reading of the reference, the family's being in
-    `calibrations`; the numbers are the stored ones."""
-    stored = row.get("calibration")
-    if row.get("status") != PROBED or not isinstance(stored, dict) or not stored.get("reference"):
-        return row
-    if "readouts" not in stored:
-        cell = cell_from_dict(result["cell"])
-        task = cell.task_object()
-        key = calibration_key(task, task.validate_level(cell.train_level), stored["reference"])
-        if key not in calibrations:
-            return row
-        stored = {**{k: stored[k] for k in ("format", "reference", "best")},
-                  "readouts": dict(calibrations[key]["readouts"])}
-    return settle(row, stored)
+def family_read(reads: dict[str, float], family: list[str], best: float) -> tuple[str, float]:
+    """How a readout family reads a reference, from each member's accuracy on it (`reads`): its best
+    member (on a tie, the first in the family's order) and that member's accuracy as a fraction of
+    the reference's best possible read `best`, the fraction CALIBRATION_GOAL is held to."""
+    member = max(family, key=lambda n: (reads[n], -family.index(n)))
+    return member, reads[member] / best
 
 
 def _previous(path: Path, config: ReadoutConfig, taken: bool = False) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -158,11 +147,11 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     """Probe every finished cell of a run directory (those of `labels`, `seeds`, `tasks` and
     training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no
     report reads) and write RUN_DIR/state_probe.json after each; cells already probed with the same
-    readout are kept (their calibration completed from the file's, `_resettled`). The reference
-    calibrations of the `calibrations_from` files (other runs' state_probe.json, of the same readout
-    settings) are taken rather than trained again: a calibration depends on the task, level and
-    settings alone. Readouts train on `device`; each row names the hardware that computed it.
-    The file is the probe's alone, so the run's lock is not taken (a report may be written meanwhile).
+    readout are kept as stored. The reference calibrations of the `calibrations_from` files (other
+    runs' state_probe.json, of the same readout settings) are taken rather than trained again: a
+    calibration depends on the task, level and settings alone. Readouts train on `device`; each row
+    names the hardware that computed it. The file is the probe's alone, so the run's lock is not
+    taken (a report may be written meanwhile).
     A cell's weights are read from the run directory, else from the first of the `weights` folders
     that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
     run_dir = RunDir.existing(path)
@@ -198,8 +187,6 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
         taken.update(_previous(other, config, taken=True)[1])
     done, calibrations = _previous(out, config)
     calibrations = {**taken, **calibrations}
-    by_id = {r["cell_id"]: r for r in results}
-    done = {cid: _resettled(row, by_id[cid], calibrations) if cid in by_id else row for cid, row in done.items()}
     for result in chosen:
         cell_id = result["cell_id"]
         if done.get(cell_id, {}).get("status") in (PROBED, NO_STATE):
@@ -210,7 +197,6 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
         # Read again before writing: a second probe of the same run may have added rows meanwhile.
         done, earlier = _previous(out, config)
         calibrations = {**earlier, **calibrations}
-        done = {cid: _resettled(r, by_id[cid], calibrations) if cid in by_id else r for cid, r in done.items()}
         done[cell_id] = row
         write_json(out, document(done.values(), config, calibrations))
         numbers = [f"{name} {row[key]:.3f}" for name, key in (("model", "accuracy"), ("probe", "probe_accuracy"))

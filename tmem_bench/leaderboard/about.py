@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..registry import get_task
+from ..registry import get_task, variant_forces_memory
 
 # What a memory-forcing variant does, for every task (see Task.memory_forcing).
 FORCING = "the answer may not attend to the evidence, so only a state the backbone carries can pass it on"
@@ -29,7 +29,7 @@ def variant_line(task: str, variant: str, options: dict) -> str:
     try:
         standard = get_task(task)
         cls, defaults = type(standard), standard.options()
-        forcing = cls.forces_memory(options)
+        forcing = variant_forces_memory(task, variant, options)
         named = [(name, opts) for name, opts in cls.variants.items()
                  if opts and all(options.get(k) == v for k, v in opts.items())]
     except Exception:  # noqa: BLE001 - as task_line

@@ -18,14 +18,14 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
-from ..registry import get_task
+from ..registry import variant_forces_memory
+from ..report.data import TASK_ORDER
 from ..report.stats import interval_label
 from .about import external_link, external_paragraph, paragraph
 from .entry import RANKED_MIN_SEEDS, SCHEMA_FILE
 from .folder import tidy, write_pages
 from .page import INTERVAL_RULE, render_page
 
-FAMILY_ORDER = ("coordinate_binding", "occlusion", "map_building", "no_harm")
 KINDS = {
     "memory forcing": "Memory forcing: attention alone is blind by construction, only a memory can answer",
     "capacity": "Capacity: each model trained and evaluated at every level, accuracy against level; state in the table",
@@ -90,7 +90,7 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
             per_level = len({r["train_level"] for r in results}) > 1
             if per_level:
                 results = [r for r in results if r["train_level"] == r["level"]]
-            group["kind"] = _kind(score["task"], setting["task_options"], per_level, group.get("kind"))
+            group["kind"] = _kind(*key[1:], setting["task_options"], per_level, group.get("kind"))  # task, variant
             group.setdefault("task_options", setting["task_options"])
             cells = {}
             for r in results:
@@ -226,19 +226,15 @@ def _rank(group: dict) -> None:
 
 
 def _family(task: str) -> tuple:
-    return (FAMILY_ORDER.index(task) if task in FAMILY_ORDER else len(FAMILY_ORDER), task)
+    return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task)
 
 
-def _kind(task: str, options: dict, per_level: bool, earlier: str | None) -> str:
+def _kind(task: str, variant: str, options: dict, per_level: bool, earlier: str | None) -> str:
     """Which part of the board a (task, variant) table belongs to; a table with any entry trained
     at each level is a capacity curve."""
     if per_level or earlier == "capacity":
         return "capacity"
-    try:
-        forcing = get_task(task).forces_memory(options)
-    except Exception:  # noqa: BLE001 - a plug-in task that is not installed here is drawn as standard
-        forcing = False
-    return "memory forcing" if forcing else "standard"
+    return "memory forcing" if variant_forces_memory(task, variant, options) else "standard"
 
 
 def _level_order(values: dict) -> tuple:

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..files import write_json
-from .progress import CellProgress
+from .progress import ReevalProgress
 from .weights import MAX_WEIGHTS_BYTES, Unreachable, cache_root, locate, metadata_mismatch, record_problems
 
 CACHE_FILE = "validation.json"
@@ -236,7 +236,7 @@ class Recheck:
 
     def __init__(self, cells: int, show: bool = False, note: str | None = None, console=None):
         self.summaries: dict[str, dict] = {}
-        self.progress = CellProgress(cells, show, note, console)
+        self.progress = ReevalProgress(cells, show, note, console)
 
     def __enter__(self) -> Recheck:
         self.progress.__enter__()

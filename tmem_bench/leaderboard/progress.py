@@ -18,7 +18,7 @@ def _duration(seconds: float) -> str:
         f"{seconds // 60}:{seconds % 60:02d}"
 
 
-class CellProgress:
+class ReevalProgress:
     """Counts cells re-evaluated out of `cells`; with `show`, tells `note` once and then the progress."""
 
     def __init__(self, cells: int, show: bool = False, note: str | None = None, console=None):
@@ -43,7 +43,7 @@ class CellProgress:
                                  console=self._console, transient=True, expand=True)
             self._task = self._bar.add_task("", total=cells)
 
-    def __enter__(self) -> CellProgress:
+    def __enter__(self) -> ReevalProgress:
         if self._show and self._note:
             self._console.print(self._note, highlight=False, markup=False, soft_wrap=not self._console.is_terminal)
         if self._bar is not None:

@@ -25,12 +25,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from ..registry import TASKS
+from ..registry import variant_forces_memory
 from .data import RunData, load_run, natural_key
+from .stats import BOOT_SEED, CI_LEVEL
 
+# Fewer resamples than the reports' intervals (stats.N_BOOT): each one ranks every model again for
+# each pair of scores; the committed table (docs/runs/external/validity) was made with this many.
 N_BOOT = 2000
-BOOT_SEED = 0  # seeded, so that the table is the same on every run
-CI_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def toy_scores(data: RunData) -> list[Score]:
     groups = _trained(data).groupby(["task", "variant", "train_level"])
     for (task, variant, train_level), rows in sorted(groups, key=lambda g: (g[0][0], g[0][1], natural_key(g[0][2]))):
         options = data.task_options.get((task, variant), {})
-        if task not in TASKS or not TASKS.get(task).forces_memory(options):
+        if not variant_forces_memory(task, variant, options):
             continue
         scores.append(Score(f"{run}: {task} @ {train_level}", "toy", _by_seed(rows, "accuracy")))
     return scores
@@ -175,15 +176,15 @@ def _critical_note(table: pd.DataFrame) -> str:
             f"|tau| >= {t:.2f}; the intervals also carry the seeds' noise.")
 
 
-def validity_markdown(table: pd.DataFrame, toy_dirs: list[str], external_dir: str) -> str:
-    """The table as markdown: a row per toy score, a column per external score."""
+def validity_markdown(table: pd.DataFrame, toy_dirs: list[str], external_dir: str, n_boot: int) -> str:
+    """The table as markdown (made with `n_boot` resamples): a row per toy score, a column per external score."""
     externals = list(dict.fromkeys(table["external"]))
     lines = [
         "# External validity: Kendall's tau between toy and external rankings", "",
         f"Toy runs: {', '.join(toy_dirs)}. External run: {external_dir}. Each entry is Kendall's tau-b between "
-        "the models' rankings by the two scores (mean over seeds), with its 95% percentile bootstrap interval from "
-        f"resampling each model's seeds ({N_BOOT} resamples, seeded). +1: the toy score orders the models as the "
-        "external one does; 0: no relation; -1: the reverse." + _critical_note(table), "",
+        f"the models' rankings by the two scores (mean over seeds), with its {CI_LEVEL:.0%} percentile bootstrap "
+        f"interval from resampling each model's seeds ({n_boot} resamples, seeded). +1: the toy score orders the "
+        "models as the external one does; 0: no relation; -1: the reverse." + _critical_note(table), "",
         "| toy score | " + " | ".join(externals) + " |",
         "|---|" + "---|" * len(externals),
     ]
@@ -228,7 +229,7 @@ def write_validity(toy_dirs: list[str], external_dir: str, out: Path, n_boot: in
     table = validity_table([load_run(d) for d in toy_dirs], load_run(external_dir), n_boot)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "validity.csv", table.to_csv(index=False, float_format="%.6g").encode())
-    text = validity_markdown(table, toy_dirs, external_dir) + "\n![tau heatmap](validity.png)\n"
+    text = validity_markdown(table, toy_dirs, external_dir, n_boot) + "\n![tau heatmap](validity.png)\n"
     write_atomic(out / "validity.md", text.encode())
     import matplotlib.pyplot as plt
 
