@@ -127,11 +127,15 @@ class Registry:
                                  f"{type(e).__name__}: {e}") from e
         if ":" in name and _MODULE_NAMES.get():
             return load_attribute(name, self.kind)
-        for extra, names in self.missing_extras.items():
-            if name in names:
-                raise UsageError(f"{self.kind} {name!r} needs the {extra} extra: pip install -e \".[{extra}]\" "
-                                 f"(from a clone) or pip install {self._packages[extra]}")
+        extra = self.extra_of(name)
+        if extra is not None:
+            raise UsageError(f"{self.kind} {name!r} needs the {extra} extra: pip install -e \".[{extra}]\" "
+                             f"(from a clone) or pip install {self._packages[extra]}")
         raise UsageError(self.unknown(name))
+
+    def extra_of(self, name) -> str | None:
+        """The optional extra, not installed here, that would add `name`; None for any other name."""
+        return next((extra for extra, names in self.missing_extras.items() if name in names), None)
 
     def unknown(self, name: str) -> str:
         """Why `name` names nothing here, and what it may name."""
