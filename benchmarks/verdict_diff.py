@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 CLAIM = re.compile(r"^### (?P<name>.+?): (?P<verdict>supported|not supported|inconclusive(?: \(budget\))?|"
-                   r"not testable in this setting)$")
+                   r"not testable in this setting|(?:not )?reproduced(?: \(lower bound\))?)$")
 VARIANT = re.compile(r"^- under the variant (?P<variant>.+) \(not in the paper\) the same rule gives: (?P<verdict>.+)$")
 POWER_HEADER = "| task | variant | level |"
 

@@ -67,3 +67,18 @@ def test_a_floor_already_passed_by_a_point_still_learning_is_reproduced():
     ranged = claim_spec("memory_figure")  # 75-91%: a ceiling too, which a rising point may still cross
     assert read_figure(learning, 0.80, 0.90, ranged) == ("inconclusive (budget)", False)
     assert read_figure(learning, 0.92, 0.95, ranged) == ("not supported", True)
+
+
+def test_a_run_without_the_level_a_figure_names_leaves_the_figure_out(tmp_path):
+    """Coordinate binding read only up to W=40: the figure at W=50 does not apply, so the report omits it."""
+    from tmem_bench.report.markdown import _missing
+
+    b = RunBuilder(tmp_path)
+    for seed in range(2):
+        for model in ("base", "tensor"):
+            b.cell("coordinate_binding", model, seed, (40, 0.05), {(40, 0.05): 0.8})
+    b.manifest()
+    assert _missing(claim_spec("attention_figure"), load_run(tmp_path)) == ["one of base, base_wide, slots read at "
+                                                                            "n_writes=50"]
+    attention_run(tmp_path / "at50", [0.8] * 3, True)
+    assert _missing(claim_spec("attention_figure"), load_run(tmp_path / "at50")) == []

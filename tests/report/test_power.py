@@ -194,6 +194,17 @@ def test_a_model_still_learning_at_the_end_is_not_called_incapable(tmp_path):
     assert row["best_still_learning"] == "2 of 2 seeds"
 
 
+@pytest.mark.parametrize("base, says", [(0.95, "attention alone does it"), (0.40, "attention is not blind")])
+def test_a_reference_still_learning_above_chance_is_a_lower_bound(tmp_path, base, says):
+    """base already above chance can only rise further from blind: the verdict it decides stands while
+    it is still learning, and while the best model is (that model decides nothing here)."""
+    b = build(tmp_path, {"base": base, "tensor": 0.95}, {"tensor": 0.25})
+    for cid in b.ids:
+        _annotate(tmp_path, cid, **trained(False))
+    [row] = power_rows(load_run(tmp_path))
+    assert row["verdict"] == "does not discriminate" and row["reason"].startswith(says), row["reason"]
+
+
 def test_converged_models_keep_the_plain_verdicts(tmp_path):
     b = build(tmp_path, {"base": 0.25, "tensor": 0.50}, {"tensor": 0.25})
     for cid in b.ids:

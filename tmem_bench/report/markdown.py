@@ -95,16 +95,23 @@ def _how_to_read(data: RunData) -> list[str]:
 
 def _missing(spec: ClaimSpec, data: RunData) -> list[str]:
     """What a claim needs that the run lacks: its task, its memory model, a baseline to compare with,
-    its timing reference, or (capacity) models trained at more than one number of writes."""
+    its timing reference, (capacity) models trained at more than one number of writes, or (a stated
+    figure) one of its models read at the level it names."""
     models, tasks = set(data.table["model"]), set(data.table["task"])
     # A timing claim's task is only the one it lists first: it reads every task the run has.
     out = [f"the {spec.task} task"] if spec.task and spec.task not in tasks and spec.rule not in TIMING_RULES else []
-    if spec.rule != "no_harm" and spec.memory not in models:
+    if spec.rule not in ("no_harm", "figure") and spec.memory not in models:  # a figure names its own models
         out.append(f"a {spec.memory} model")
     if spec.rule in ("memory_vs_baselines", "smaller_drop") and not models & set(spec.baselines):
         out.append(f"one of {', '.join(spec.baselines)}")
     if spec.reference and spec.reference not in models:
         out.append(spec.reference)
+    if spec.rule == "figure" and not out:
+        t = data.table[(data.table["task"] == spec.task) & data.table["label"].isin(spec.models)]
+        for axis, value in spec.at.items():
+            t = t[t[axis] == value] if axis in t else t.iloc[:0]
+        if t.empty:
+            out.append(f"one of {', '.join(spec.models)} read at {', '.join(f'{k}={v}' for k, v in spec.at.items())}")
     if spec.rule == "capacity" and not out and not any(g.task == spec.task for g in capacity_groups(data)):
         out.append("models trained at more than one number of writes")
     return out

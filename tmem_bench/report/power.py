@@ -38,7 +38,8 @@ def power_rule(spec: PowerSpec) -> str:
             f"{BUDGET} where the best other model learned nothing or had a seed whose training had not "
             f"converged, or where a seed of {ref} had not converged ({ref} is read for being blind, so only its "
             f"convergence counts): a point of the training budget neither supports nor refutes. A best model "
-            f"that already passes and is still learning is a lower bound, and its variant discriminates.")
+            f"that already passes and is still learning is a lower bound, and its variant discriminates; so is a "
+            f"{ref} already above chance and still learning, which can only rise further from blind.")
 
 
 def power_verdict(reference: float | None, best: float | None, best_model: str | None, memory_off: float | None,
@@ -129,8 +130,11 @@ def _power_row(g: pd.DataFrame, task: str, variant: str, level: str, spec: Power
         if reference is not None and best_model is not None:
             read = [point(honest[honest["label"] == best_model], spec),
                     point(honest[honest["label"] == spec.attention_reference], spec, judge_learning=False)]
-            # A best model already past the bar and still learning is a lower bound: it only rises.
-            if budget := budget_note(read, read[:1] if verdict == DISCRIMINATES else []):
+            # A best model already past the bar and still learning is a lower bound: it only rises. So is a
+            # reference already above chance: rising only takes it further, so the verdict it decides stands.
+            by_reference = verdict == DOES_NOT and why.startswith(("attention alone does it", "attention is not blind"))
+            read = read[1:] if by_reference else read
+            if budget := budget_note(read, read[:1] if verdict == DISCRIMINATES or by_reference else []):
                 verdict, why = BUDGET, f"{budget.removeprefix(BUDGET + ': ')}; {why}"
     best_rows = g[g["label"] == best_model]
     runner_up = max((m for m in means if m != best_model), key=means.get, default=None)
