@@ -62,7 +62,7 @@ def test_installed_task_example_is_listed_checked_and_run(tmp_path, tiny_profile
 
     checked = bench("check", "--task", "recall")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "task recall: 8 of 8 checks pass" in checked.stdout
+    assert "task recall: 9 of 9 checks pass" in checked.stdout
 
     # By its entry-point name, in no profile: the task's own variants at the level asked for.
     run = bench("run", "recall", "--models", "base", "--level", "n_items=4", "--steps", "2", "--out", "run",

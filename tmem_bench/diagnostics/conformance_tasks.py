@@ -18,10 +18,12 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from ..contracts.environment import acts
 from ..contracts.model import TaskModel
 from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, Task, fingerprint
 from ..levels import level_key
 from .conformance import CheckResult, guarded
+from .conformance_acting import environment_problem
 from .reach import reach_probe
 
 ATTENTION_REFERENCE = "base"  # attention and nothing else: what memory forcing must leave blind
@@ -398,9 +400,19 @@ def check_task_reach(factory: Callable, spec: TaskSpec) -> CheckResult:
     return guarded("reach", body)
 
 
+def check_task_environment(factory: Callable, spec: TaskSpec) -> CheckResult:
+    """A task that declares an environment keeps the contract of contracts/environment.py at every
+    variant and level, as the closed loop needs (conformance_acting.environment_problem)."""
+    def body():
+        if not acts(factory(**spec.options)):
+            return True, "no environment: the task does not act"
+        return _each(factory, spec, lambda name, task, level: environment_problem(task, level), "acts in its environment")
+    return guarded("environment", body)
+
+
 TASK_CHECKS = (
     check_task_declarations, check_task_batches, check_task_oracle, check_task_chance, check_task_fingerprints,
-    check_task_blocked, check_task_blind, check_task_reach,
+    check_task_blocked, check_task_blind, check_task_reach, check_task_environment,
 )
 
 

@@ -1,10 +1,9 @@
 """Closed-loop scoring: a trained model acting in the environment of a task that has one.
 
-A task with an environment (POPGym's, `tmem_bench.tasks.popgym`) gives `make_env(level)`,
-`closed_loop_seeds(level)` (fixed episode seeds, apart from its training and evaluation seeds),
-`encode(obs)` and `rollout(level, seed, env)`, and its batches are {"obs": (B, T, F), "positions":
-(B, n)}. The model acts greedily (the arg-max of its logits) at every step from the observations so
-far, and the score is the mean episode return over the fixed seeds.
+A task with an environment keeps the contract of `tmem_bench.contracts.environment` (POPGym's,
+`tmem_bench.tasks.popgym`, are the built-in ones). The model acts greedily (the arg-max of its
+logits) at every step from the observations so far, and the score is the mean episode return over
+the task's fixed seeds.
 
 Feeding the model each prefix again would cost a forward pass per step. Every backbone is causal
 (each cell's causality probe checks it), so the output at step t depends on the observations up to
@@ -23,16 +22,13 @@ import numpy as np
 import torch
 
 from ..contracts.device import to_device
-
-
-def has_environment(task) -> bool:
-    return callable(getattr(task, "make_env", None)) and callable(getattr(task, "closed_loop_seeds", None))
+from ..contracts.environment import acts
 
 
 def closed_loop_score(task, model, level: dict, device) -> dict:
     """{"closed_loop": {...}} for a task with an environment: the mean return of the model acting on
     the task's fixed seeds, each episode's return, and a fingerprint of the seeds; {} otherwise."""
-    if not has_environment(task):
+    if not acts(task):
         return {}
     seeds = task.closed_loop_seeds(level)
     returns, passes = episode_returns(task, model, level, seeds, device)
