@@ -1,4 +1,5 @@
-"""How many of a run's cells converged (the convergence rule each cell records), per task and model,
+"""How many of a run's cells converged (the current convergence rule, early stopping's patience rule, read
+again from each cell's checks or train loss, as the reports read it), per task and model,
 with the steps they ran, why they stopped and their wall time; several runs side by side, so that a
 profile trained to a fixed budget and the same profile trained to convergence can be compared.
 
@@ -11,6 +12,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from tmem_bench.diagnostics.convergence import convergence
 from tmem_bench.harness.results import steps_run
 from tmem_bench.harness.rundir import RunDir
 
@@ -25,7 +27,8 @@ def tally(run_dir: Path) -> dict[tuple[str, str], dict]:
     for r in results:
         row = out[(r["cell"]["task"], r["cell"]["label"])]
         row["cells"] += 1
-        row[(r.get("convergence") or {}).get("converged")] += 1
+        row[None if r.get("status") == "diverged" else
+            convergence(r.get("history") or [], r.get("validation_checks"))["converged"]] += 1
         row["steps"].append(steps_run(r))
         row["stopped"][r.get("stopped") or "fixed budget"] += 1
         row["wall_s"] += float(r.get("wall_time_s") or 0.0)

@@ -120,15 +120,17 @@ def test_selection_agreement_counts_the_choices_two_runs_share_by_either_rule(tm
     assert "second seed alone chooses as the mean of both: 1 of 1" in proc.stdout
 
 
-def test_converged_cells_counts_each_runs_cells_by_the_rule_they_record(tmp_path):
-    from tests.report.helpers import RunBuilder
+def test_converged_cells_counts_each_runs_cells_by_the_current_rule(tmp_path):
+    """The patience rule read again from each cell's checks, whatever the cell recorded."""
+    from tests.report.helpers import RunBuilder, trained
 
     b = RunBuilder(tmp_path / "run")
     for seed, converged, stopped, ran in ((0, True, "converged", 400), (1, False, "cap", 1500), (2, None, None, None)):
         cid = b.cell("occlusion", "tensor", seed, (2,), {(2,): 0.5})
         path = tmp_path / "run" / "cells" / f"{cid}.json"
         result = json.loads(path.read_text())
-        result["convergence"] = {"converged": converged}
+        result |= trained(converged)
+        result["convergence"] = {"converged": not converged}  # a retired rule's record: not read
         result |= {"stopped": stopped, "steps_run": ran} if stopped else {}
         path.write_text(json.dumps(result))
     proc = subprocess.run([sys.executable, str(SCRIPTS / "converged_cells.py"), str(tmp_path / "run")],
