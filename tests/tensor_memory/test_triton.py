@@ -3,6 +3,7 @@ state and every gradient, on CUDA where there is one and otherwise under Triton'
 interpreter on CPU tensors; and how `auto` chooses it."""
 from __future__ import annotations
 
+import os
 import types
 import warnings
 
@@ -111,3 +112,36 @@ def test_triton_refuses_cpu_tensors_outside_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(RuntimeError, match="runs float32 on CUDA"):
         kernels.resolve_kernel("triton", torch.zeros(2))
+
+
+COMPILE = """
+import inspect, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from tmem_bench.tensor_memory import triton_scan as ts
+
+PB, CB, warps = ts._blocks(6, 6, 6, 16)
+shape = dict(D=6, H=6, W=6, C=16, PB=PB, CB=CB, FACTORISED=True)
+for fn, flags in ((ts._scan_forward, dict(KEEP=True)), (ts._scan_backward, dict(HAS_DH=True, HAS_DC=True))):
+    params = list(inspect.signature(fn.fn).parameters)
+    consts = {**shape, **flags}
+    signature = {p: "constexpr" if p in consts else "i32" if p == "N" else "*fp32" for p in params}
+    source = ASTSource(fn=fn, signature=signature, constexprs={(params.index(k),): v for k, v in consts.items()})
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    assert kernel.asm["cubin"], fn.__name__
+print("compiled")
+"""
+
+
+@pytest.mark.skipif(CUDA, reason="on a GPU the tests above compile and run the kernels")
+def test_the_kernels_compile_for_a_hopper_gpu_without_one():
+    """The interpreter runs what a GPU would, but not Triton's compiler: both kernels are compiled
+    here for sm_90 with Triton's own ptxas, no device needed, so CI catches what only a GPU's
+    first call would."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr[-3000:]

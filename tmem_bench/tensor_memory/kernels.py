@@ -48,13 +48,13 @@ AUTO_NATIVE_VARIANTS = ("avx512", "avx2", "sse")
 
 
 @functools.cache
-def triton_status() -> tuple[object | None, str]:
-    """The Triton scan's module, or None and why it cannot be had here."""
+def triton_status() -> tuple[type | None, str]:
+    """The Triton scan's autograd Function, or None and why it cannot be had here."""
     try:
-        from . import triton_scan
+        from .triton_scan import TritonScan
     except ImportError as e:
         return None, f"needs Triton, which cannot be imported here ({e}); pip install -e '.[gpu]' on Linux"
-    return triton_scan, ""
+    return TritonScan, ""
 
 
 def _interpreting() -> bool:
@@ -180,7 +180,7 @@ def scan(*, cz: torch.Tensor, uy: torch.Tensor, ux: torch.Tensor, bvol: torch.Te
     if kernel == "native":
         reads, hN, cN = NativeScan.apply(*args, factorised, keep, output_final_state)
     elif kernel == "triton":
-        reads, hN, cN = triton_status()[0].TritonScan.apply(*args, factorised, keep)
+        reads, hN, cN = triton_status()[0].apply(*args, factorised, keep)
     else:
         cyz = cz[:, :, :, None] * uy[:, :, None]  # (B, N, D, H, C)
         w3 = wz[..., :, None, None] * wy[..., None, :, None] * wx[..., None, None, :]  # (B, N, D, H, W)

@@ -8,9 +8,12 @@ their 1D factors inside the kernel, the depthwise convolutions are shifted
 multiply-adds, and the pointwise mix is (P, C) @ (C, C) products per gate and half.
 
 The backward walks the steps in reverse from the states the forward saved (each
-step's input h and c) and recomputes the rest; each program sums its sequence's
-weight gradients, and the sequences' sums are added in PyTorch afterwards, so the
-result does not depend on scheduling.
+step's input h and c) and recomputes the rest. The gradients that are sums over cells
+(the mix's weights, the write and read factors) would be products with an inner
+dimension of P cells, which one program cannot hold in registers; so the kernel writes
+each step's operands of those sums (the mix's input, the gates' gradients, the write
+volume's and the read weights' gradients, 7C + 1 floats per cell and step) and PyTorch
+sums them afterwards in a fixed order, so the result does not depend on scheduling.
 
 A neighbour along an axis lives in another thread's registers, so each shift goes
 through a per-program scratch tile in global memory (it stays in L1/L2) between
@@ -77,8 +80,8 @@ def _conv_backward(scr_tile, dy, x, stride, coord, n, mask, taps, offs_c, cm, C:
 @triton.jit
 def _gathered(cz, uy, ux, bvol, wz, wy, wx, fbase, wbase, pd, ph, pw, offs_c, pm, mask,
               D: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C: tl.constexpr):
-    """One step's write factors and read weights at every cell: cz, uy, ux, each (PB, CB);
-    the write volume (PB, CB) and the read weights (PB,)."""
+    """One step's write volume at every cell (PB, CB), formed from its factors, and the read
+    weights' three factors at every cell (PB,)."""
     c = offs_c[None, :]
     fz = tl.load(cz + fbase * D + pd[:, None] * C + c, mask=mask, other=0.0)
     fy = tl.load(uy + fbase * H + ph[:, None] * C + c, mask=mask, other=0.0)
@@ -87,7 +90,7 @@ def _gathered(cz, uy, ux, bvol, wz, wy, wx, fbase, wbase, pd, ph, pw, offs_c, pm
     gz = tl.load(wz + wbase * D + pd, mask=pm, other=0.0)
     gy = tl.load(wy + wbase * H + ph, mask=pm, other=0.0)
     gx = tl.load(wx + wbase * W + pw, mask=pm, other=0.0)
-    return fz, fy, fx, fz * fy * fx + bv, gz, gy, gx
+    return fz * fy * fx + bv, gz, gy, gx
 
 
 @triton.jit
@@ -96,6 +99,23 @@ def _mix_block(mix_w, row0, gate, offs_c, cm, C: tl.constexpr):
     r = offs_c[:, None]
     k = offs_c[None, :]
     return tl.load(mix_w + (row0 + r) * (4 * C) + gate * C + k, mask=cm[:, None] & cm[None, :], other=0.0)
+
+
+@triton.jit
+def _mix_block_t(mix_w, row0, gate, offs_c, cm, C: tl.constexpr):
+    """The same block transposed, loaded so (tl.trans of a loaded block cost the backward its registers)."""
+    r = offs_c[None, :]
+    k = offs_c[:, None]
+    return tl.load(mix_w + (row0 + r) * (4 * C) + gate * C + k, mask=cm[:, None] & cm[None, :], other=0.0)
+
+
+@triton.jit
+def _through_mix(dzi, dzf, dzo, dzg, mix_w, row0, offs_c, cm, C: tl.constexpr):
+    """The gradient of one half of the mix's input, rows row0:row0+C, from the gates' (PB, CB) each."""
+    return (_dot(dzi, _mix_block_t(mix_w, row0, 0, offs_c, cm, C))
+            + _dot(dzf, _mix_block_t(mix_w, row0, 1, offs_c, cm, C))
+            + _dot(dzo, _mix_block_t(mix_w, row0, 2, offs_c, cm, C))
+            + _dot(dzg, _mix_block_t(mix_w, row0, 3, offs_c, cm, C)))
 
 
 @triton.jit
@@ -128,7 +148,7 @@ def _scan_forward(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix
     n = 0
     while n < N:  # a while loop: Triton's interpreter cannot take a runtime bound to range() under numpy 2.4
         step = b * N + n
-        _, _, _, wv, gz, gy, gx = _gathered(cz, uy, ux, bvol, wz, wy, wx, step * C, step, pd, ph, pw, offs_c, pm,
+        wv, gz, gy, gx = _gathered(cz, uy, ux, bvol, wz, wy, wx, step * C, step, pd, ph, pw, offs_c, pm,
                                             mask, D, H, W, C)
         w3 = gz * gy * gx  # (PB,) the read's trilinear weights
         tl.store(reads + step * C + offs_c, tl.sum(h * w3[:, None], axis=0), mask=cm)
@@ -153,32 +173,20 @@ def _scan_forward(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix
 
 
 @triton.jit
-def _axis_sum(onehot, x):
-    """(NB, PB) one-hot of each row's index on an axis @ (PB, CB) -> per index sums (NB, CB)."""
-    return _dot(onehot, x)
-
-
-@triton.jit
 def _scan_backward(cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, hs, cs,
-                   d_reads, d_hN, d_cN, d_cz, d_uy, d_ux, d_wz, d_wy, d_wx, d_h0, d_c0,
-                   p_mix_w, p_mix_b, p_bvol, p_taps, p_biases, scratch, N,
+                   d_reads, d_hN, d_cN, d_h0, d_c0, xs, dzs, dws, dw3s, p_taps, p_biases, scratch, N,
                    D: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C: tl.constexpr,
-                   PB: tl.constexpr, CB: tl.constexpr, NB: tl.constexpr, FACTORISED: tl.constexpr,
+                   PB: tl.constexpr, CB: tl.constexpr, FACTORISED: tl.constexpr,
                    HAS_DH: tl.constexpr, HAS_DC: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     P: tl.constexpr = D * H * W
     offs_p = tl.arange(0, PB)
     offs_c = tl.arange(0, CB)
-    offs_n = tl.arange(0, NB)
     pm, cm = offs_p < P, offs_c < C
     mask = pm[:, None] & cm[None, :]
     pd, ph, pw = offs_p // (H * W), (offs_p // W) % H, offs_p % W
     tile = offs_p[:, None] * C + offs_c[None, :]
-    scr_tile = scratch + b * PB * CB + offs_p[:, None] * CB + offs_c[None, :]
-    # One-hots of each cell's index on each axis (NB, PB): sums over the other two axes as products.
-    oz = ((offs_n[:, None] == pd[None, :]) & pm[None, :]).to(tl.float32)
-    oy = ((offs_n[:, None] == ph[None, :]) & pm[None, :]).to(tl.float32)
-    ox = ((offs_n[:, None] == pw[None, :]) & pm[None, :]).to(tl.float32)
+    scr_tile = scratch + b * 3 * PB * CB + offs_p[:, None] * CB + offs_c[None, :]
     Wi, Wf, Wo, Wg = (_mix_block(mix_w, 0, 0, offs_c, cm, C), _mix_block(mix_w, 0, 1, offs_c, cm, C),
                       _mix_block(mix_w, 0, 2, offs_c, cm, C), _mix_block(mix_w, 0, 3, offs_c, cm, C))
     Hi, Hf, Ho, Hg = (_mix_block(mix_w, C, 0, offs_c, cm, C), _mix_block(mix_w, C, 1, offs_c, cm, C),
@@ -193,75 +201,72 @@ def _scan_backward(cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, hs,
         dc = tl.load(d_cN + b * P * C + tile, mask=mask, other=0.0)
     else:
         dc = tl.zeros((PB, CB), tl.float32)
-    zero_cc = tl.zeros((CB, CB), tl.float32)
-    gWi, gWf, gWo, gWg, gHi, gHf, gHo, gHg = (zero_cc, zero_cc, zero_cc, zero_cc,
-                                              zero_cc, zero_cc, zero_cc, zero_cc)
     zero_c = tl.zeros((CB,), tl.float32)
-    gbi, gbf, gbo, gbg = zero_c, zero_c, zero_c, zero_c
     t00, t01, t02, t10, t11, t12, t20, t21, t22 = (zero_c, zero_c, zero_c, zero_c, zero_c, zero_c,
                                                    zero_c, zero_c, zero_c)
     gb0, gb1, gb2 = zero_c, zero_c, zero_c
-    g_bvol = tl.zeros((PB, CB), tl.float32)
+    # Per step, what the weights' and the factors' gradients are made of, summed afterwards in
+    # PyTorch: the operator's input [write, h after the convs] (P, 2C), the gates' pre-activation
+    # gradients (P, 4C), the write volume's gradient (P, C) and the read weights' (P,). Summing
+    # them here over the P cells would be products with an inner dimension of P, which a program
+    # holding one sequence cannot keep in registers.
+    x_tile = offs_p[:, None] * (2 * C) + offs_c[None, :]
+    z_tile = offs_p[:, None] * (4 * C) + offs_c[None, :]
+    # The convs' intermediate volumes wait in two more scratch tiles until the backward through
+    # the convs needs them: a tile fewer in registers each (the program spills past ~8 live tiles).
+    stash_a = scr_tile + PB * CB
+    stash_a2 = scr_tile + 2 * PB * CB
     n = N - 1
-    while n >= 0:
+    while n >= 0:  # a while loop: Triton's interpreter cannot take a runtime bound to range() under numpy 2.4
         step = b * N + n
         h = tl.load(hs + step * P * C + tile, mask=mask, other=0.0)
-        c = tl.load(cs + step * P * C + tile, mask=mask, other=0.0)
-        fz, fy, fx, wv, gz, gy, gx = _gathered(cz, uy, ux, bvol, wz, wy, wx, step * C, step, pd, ph, pw, offs_c,
-                                               pm, mask, D, H, W, C)
+        wv, gz, gy, gx = _gathered(cz, uy, ux, bvol, wz, wy, wx, step * C, step, pd, ph, pw, offs_c,
+                                   pm, mask, D, H, W, C)
         if FACTORISED:
             a = _conv(scr_tile, h, H * W, pd, D, mask, taps, biases, offs_c, cm, C, CB)
+            tl.store(stash_a, a)
             a2 = _conv(scr_tile, a, W, ph, H, mask, taps + 3 * C, biases + C, offs_c, cm, C, CB)
+            tl.store(stash_a2, a2)
             hc = _conv(scr_tile, a2, 1, pw, W, mask, taps + 6 * C, biases + 2 * C, offs_c, cm, C, CB)
         else:
-            a = h
-            a2 = h
             hc = h
+        xrow = xs + step * P * 2 * C
+        tl.store(xrow + x_tile, wv, mask=mask)
+        tl.store(xrow + C + x_tile, hc, mask=mask)
         si = _sigmoid(_dot(wv, Wi) + _dot(hc, Hi) + bi)
         sf = _sigmoid(_dot(wv, Wf) + _dot(hc, Hf) + bf)
         so = _sigmoid(_dot(wv, Wo) + _dot(hc, Ho) + bo)
         tg = _tanh(_dot(wv, Wg) + _dot(hc, Hg) + bg)
+        c = tl.load(cs + step * P * C + tile, mask=mask, other=0.0)
         tc = _tanh(sf * c + si * tg)
         dc_tot = dc + dh * so * (1.0 - tc * tc)
-        dzi = tl.where(mask, dc_tot * tg * si * (1.0 - si), 0.0)
-        dzf = tl.where(mask, dc_tot * c * sf * (1.0 - sf), 0.0)
         dzo = tl.where(mask, dh * tc * so * (1.0 - so), 0.0)
+        dzf = tl.where(mask, dc_tot * c * sf * (1.0 - sf), 0.0)
+        dzi = tl.where(mask, dc_tot * tg * si * (1.0 - si), 0.0)
         dzg = tl.where(mask, dc_tot * si * (1.0 - tg * tg), 0.0)
-        dwv = (_dot(dzi, tl.trans(Wi)) + _dot(dzf, tl.trans(Wf)) + _dot(dzo, tl.trans(Wo))
-               + _dot(dzg, tl.trans(Wg)))
-        dhc = (_dot(dzi, tl.trans(Hi)) + _dot(dzf, tl.trans(Hf)) + _dot(dzo, tl.trans(Ho))
-               + _dot(dzg, tl.trans(Hg)))
-        wvT, hcT = tl.trans(wv), tl.trans(hc)
-        gWi += _dot(wvT, dzi)
-        gWf += _dot(wvT, dzf)
-        gWo += _dot(wvT, dzo)
-        gWg += _dot(wvT, dzg)
-        gHi += _dot(hcT, dzi)
-        gHf += _dot(hcT, dzf)
-        gHo += _dot(hcT, dzo)
-        gHg += _dot(hcT, dzg)
-        gbi += tl.sum(dzi, axis=0)
-        gbf += tl.sum(dzf, axis=0)
-        gbo += tl.sum(dzo, axis=0)
-        gbg += tl.sum(dzg, axis=0)
-        g_bvol += dwv
-        # The write factors' gradients: the write volume's, summed over the other two axes.
-        frows = (offs_n[:, None] * C + offs_c[None, :])
-        fmask_c = cm[None, :]
-        tl.store(d_cz + step * C * D + frows, _axis_sum(oz, dwv * fy * fx), mask=(offs_n < D)[:, None] & fmask_c)
-        tl.store(d_uy + step * C * H + frows, _axis_sum(oy, dwv * fz * fx), mask=(offs_n < H)[:, None] & fmask_c)
-        tl.store(d_ux + step * C * W + frows, _axis_sum(ox, dwv * fz * fy), mask=(offs_n < W)[:, None] & fmask_c)
+        dc = dc_tot * sf
+        zrow = dzs + step * P * 4 * C
+        tl.store(zrow + z_tile, dzi, mask=mask)
+        tl.store(zrow + C + z_tile, dzf, mask=mask)
+        tl.store(zrow + 2 * C + z_tile, dzo, mask=mask)
+        tl.store(zrow + 3 * C + z_tile, dzg, mask=mask)
+        dwv = _through_mix(dzi, dzf, dzo, dzg, mix_w, 0, offs_c, cm, C)  # the write volume's gradient
+        tl.store(dws + step * P * C + tile, dwv, mask=mask)
+        dhc = _through_mix(dzi, dzf, dzo, dzg, mix_w, C, offs_c, cm, C)  # that of h after the convs
         if FACTORISED:
+            a2 = tl.load(stash_a2)
             da2, s0, s1, s2 = _conv_backward(scr_tile, dhc, a2, 1, pw, W, mask, taps + 6 * C, offs_c, cm, C, CB)
             t20 += s0
             t21 += s1
             t22 += s2
             gb2 += tl.sum(dhc, axis=0)
+            a = tl.load(stash_a)
             da, s0, s1, s2 = _conv_backward(scr_tile, da2, a, W, ph, H, mask, taps + 3 * C, offs_c, cm, C, CB)
             t10 += s0
             t11 += s1
             t12 += s2
             gb1 += tl.sum(da2, axis=0)
+            h = tl.load(hs + step * P * C + tile, mask=mask, other=0.0)
             dh_op, s0, s1, s2 = _conv_backward(scr_tile, da, h, H * W, pd, D, mask, taps, offs_c, cm, C, CB)
             t00 += s0
             t01 += s1
@@ -269,35 +274,14 @@ def _scan_backward(cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, hs,
             gb0 += tl.sum(da, axis=0)
         else:
             dh_op = dhc
-        # The read: r = sum_p w3[p] h[p].
+        # The read r = sum_p w3[p] h[p]: its weights' gradient, and h's.
         dr = tl.load(d_reads + step * C + offs_c, mask=cm, other=0.0)
-        d_w3 = tl.sum(h * dr[None, :], axis=1)  # (PB,)
-        tl.store(d_wz + step * D + offs_n, tl.sum(oz * (d_w3 * gy * gx)[None, :], axis=1), mask=offs_n < D)
-        tl.store(d_wy + step * H + offs_n, tl.sum(oy * (d_w3 * gz * gx)[None, :], axis=1), mask=offs_n < H)
-        tl.store(d_wx + step * W + offs_n, tl.sum(ox * (d_w3 * gz * gy)[None, :], axis=1), mask=offs_n < W)
+        tl.store(dw3s + step * P + offs_p, tl.sum(h * dr[None, :], axis=1), mask=pm)
         dh = tl.where(mask, dh_op + dr[None, :] * (gz * gy * gx)[:, None], 0.0)
-        dc = dc_tot * sf
         n -= 1
     tl.store(d_h0 + b * P * C + tile, dh, mask=mask)
     tl.store(d_c0 + b * P * C + tile, dc, mask=mask)
-    # This sequence's weight gradients: mix_w (2C, 4C), mix_b (4C), bvol (P, C), taps (3, 3, C), biases (3, C).
-    rc = offs_c[:, None] * (4 * C) + offs_c[None, :]
-    cc = cm[:, None] & cm[None, :]
-    pw_ = p_mix_w + b * 8 * C * C
-    tl.store(pw_ + rc, gWi, mask=cc)
-    tl.store(pw_ + rc + C, gWf, mask=cc)
-    tl.store(pw_ + rc + 2 * C, gWo, mask=cc)
-    tl.store(pw_ + rc + 3 * C, gWg, mask=cc)
-    tl.store(pw_ + 4 * C * C + rc, gHi, mask=cc)
-    tl.store(pw_ + 4 * C * C + rc + C, gHf, mask=cc)
-    tl.store(pw_ + 4 * C * C + rc + 2 * C, gHo, mask=cc)
-    tl.store(pw_ + 4 * C * C + rc + 3 * C, gHg, mask=cc)
-    pb = p_mix_b + b * 4 * C + offs_c
-    tl.store(pb, gbi, mask=cm)
-    tl.store(pb + C, gbf, mask=cm)
-    tl.store(pb + 2 * C, gbo, mask=cm)
-    tl.store(pb + 3 * C, gbg, mask=cm)
-    tl.store(p_bvol + b * P * C + tile, g_bvol, mask=mask)
+    # This sequence's conv gradients: taps (3, 3, C), biases (3, C).
     pt = p_taps + b * 9 * C + offs_c
     tl.store(pt, t00, mask=cm)
     tl.store(pt + C, t01, mask=cm)
@@ -314,14 +298,15 @@ def _scan_backward(cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, hs,
     tl.store(pbs + 2 * C, gb2, mask=cm)
 
 
-def _blocks(D: int, H: int, W: int, C: int) -> tuple[int, int, int, int]:
-    """Tile sizes (cells, channels, axis indices; tl.dot wants 16 or more) and warps."""
+def _blocks(D: int, H: int, W: int, C: int) -> tuple[int, int, int]:
+    """Tile sizes (cells, channels; tl.dot wants 16 or more) and warps."""
     PB = max(16, triton.next_power_of_2(D * H * W))
     CB = max(16, triton.next_power_of_2(C))
-    NB = max(16, triton.next_power_of_2(max(D, H, W)))
-    # About 16 elements of each (PB, CB) tile per thread: the backward keeps a dozen tiles live.
+    # 16 elements of each (PB, CB) tile per thread: 8 warps at a 6x6x6 grid, where the backward's
+    # dozen live tiles fit 255 registers with little spilling (ptxas for sm_90, read off its
+    # resource usage); at 8x8x8 no count avoids spilling, and 16 warps spill least.
     warps = min(16, max(4, PB * CB // 512))
-    return PB, CB, NB, warps
+    return PB, CB, warps
 
 
 class TritonScan(torch.autograd.Function):
@@ -334,7 +319,7 @@ class TritonScan(torch.autograd.Function):
         B, N, D, C = cz.shape
         H, W = uy.shape[2], ux.shape[2]
         P = D * H * W
-        PB, CB, NB, warps = _blocks(D, H, W, C)
+        PB, CB, warps = _blocks(D, H, W, C)
         ins = [t.contiguous() for t in (cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix_b)]
         reads = cz.new_empty((B, N, C))
         hN, cN = cz.new_empty((B, D, H, W, C)), cz.new_empty((B, D, H, W, C))
@@ -358,25 +343,36 @@ class TritonScan(torch.autograd.Function):
         B, N, D, C = cz.shape
         H, W = uy.shape[2], ux.shape[2]
         P = D * H * W
-        PB, CB, NB, warps = _blocks(D, H, W, C)
+        PB, CB, warps = _blocks(D, H, W, C)
         d_reads = cz.new_zeros((B, N, C)) if d_reads is None else d_reads.contiguous()
         d_hN_, d_cN_ = (d_reads if t is None else t.contiguous() for t in (d_hN, d_cN))
-        grads = [torch.empty_like(t) for t in (cz, uy, ux, wz, wy, wx)]
         d_h0, d_c0 = cz.new_empty((B, D, H, W, C)), cz.new_empty((B, D, H, W, C))
-        parts = [cz.new_zeros((B, *shape)) for shape in ((2 * C, 4 * C), (4 * C,), (P, C), (3, 3, C), (3, C))]
-        scratch = cz.new_empty((B, PB, CB))
+        xs, dzs = cz.new_empty((B, N, P, 2 * C)), cz.new_empty((B, N, P, 4 * C))
+        dws, dw3s = cz.new_empty((B, N, D, H, W, C)), cz.new_empty((B, N, D, H, W))
+        p_taps, p_biases = cz.new_zeros((B, 3, 3, C)), cz.new_zeros((B, 3, C))
+        scratch = cz.new_empty((B, 3, PB, CB))  # the shifts' tile and the two stashed conv volumes
         if B and N:
             _scan_backward[(B,)](cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, hs, cs,
-                                 d_reads, d_hN_, d_cN_, *grads, d_h0, d_c0, *parts, scratch, N,
-                                 D=D, H=H, W=W, C=C, PB=PB, CB=CB, NB=NB, FACTORISED=ctx.factorised,
+                                 d_reads, d_hN_, d_cN_, d_h0, d_c0, xs, dzs, dws, dw3s, p_taps, p_biases, scratch, N,
+                                 D=D, H=H, W=W, C=C, PB=PB, CB=CB, FACTORISED=ctx.factorised,
                                  HAS_DH=d_hN is not None, HAS_DC=d_cN is not None, num_warps=warps)
         else:
             d_h0 = cz.new_zeros(d_h0.shape) if d_hN is None else d_hN.clone()
             d_c0 = cz.new_zeros(d_c0.shape) if d_cN is None else d_cN.clone()
-        d_mix_w, d_mix_b, d_bvol, d_taps, d_biases = (p.sum(0) for p in parts)
-        d_bvol = d_bvol.view(D, H * W, C).sum(0).view(H, W, C)
-        if not ctx.factorised:
+            xs.zero_(), dzs.zero_(), dws.zero_(), dw3s.zero_()
+        # The sums over cells, steps and sequences, as products with a long inner dimension.
+        d_mix_w = xs.view(-1, 2 * C).t() @ dzs.view(-1, 4 * C)  # (2C, 4C)
+        d_mix_b = dzs.view(-1, 4 * C).sum(0)
+        d_bvol = dws.sum((0, 1, 2))  # (H, W, C)
+        d_cz = torch.einsum("bndhwc,bnhc,bnwc->bndc", dws, uy, ux)
+        d_uy = torch.einsum("bndhwc,bndc,bnwc->bnhc", dws, cz, ux)
+        d_ux = torch.einsum("bndhwc,bndc,bnhc->bnwc", dws, cz, uy)
+        d_wz = torch.einsum("bndhw,bnh,bnw->bnd", dw3s, wy, wx)
+        d_wy = torch.einsum("bndhw,bnd,bnw->bnh", dw3s, wz, wx)
+        d_wx = torch.einsum("bndhw,bnd,bnh->bnw", dw3s, wz, wy)
+        if ctx.factorised:
+            d_taps, d_biases = p_taps.sum(0), p_biases.sum(0)
+        else:
             d_taps, d_biases = torch.zeros_like(taps), torch.zeros_like(biases)
-        d_cz, d_uy, d_ux, d_wz, d_wy, d_wx = grads
         return (d_cz, d_uy, d_ux, d_bvol, d_wz, d_wy, d_wx, d_h0, d_c0, d_taps, d_biases, d_mix_w, d_mix_b,
                 None, None)
