@@ -12,7 +12,7 @@ def test_list_params_shows_base_wide_matched_to_tensor(capsys):
     import re
 
     from tmem_bench.cli import main
-    from tmem_bench.harness.plan import load_profile
+    from tmem_bench.harness.profiles import load_profile
 
     assert main(["list", "--params"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,8 @@ import torch
 from tests.helpers import middle_level
 from tmem_bench.contracts.task import MAX_TRAIN_SEED, SEED_BITS
 from tmem_bench.diagnostics.conformance_tasks import task_levels, task_variants
-from tmem_bench.harness.plan import make_plan, profile_names
+from tmem_bench.harness.plan import make_plan
+from tmem_bench.harness.profiles import profile_names
 from tmem_bench.levels import level_key
 from tmem_bench.registry import TASKS, get_task, task_names
 

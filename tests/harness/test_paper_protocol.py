@@ -11,7 +11,8 @@ import tomllib
 import pytest
 
 from tests.helpers import ROOT
-from tmem_bench.harness.plan import load_profile, plan_run
+from tmem_bench.harness.plan import plan_run
+from tmem_bench.harness.profiles import load_profile
 from tmem_bench.registry import get_task
 
 PROFILE = "paper_protocol"

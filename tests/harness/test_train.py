@@ -10,7 +10,8 @@ import torch
 from tests.harness.helpers import EVERY, selection_profile, tiny_cell, tiny_cells, write_profile
 from tests.helpers import run_cli, write_one_cell
 from tmem_bench.harness import runner
-from tmem_bench.harness.plan import Overrides, load_profile, make_plan, plan_task_searches
+from tmem_bench.harness.plan import Overrides, make_plan, plan_task_searches
+from tmem_bench.harness.profiles import load_profile
 from tmem_bench.harness.results import load_weights, rows
 from tmem_bench.harness.rundir import RunDir
 from tmem_bench.harness.runner import run_plan

@@ -14,7 +14,8 @@ pytest.importorskip("popgym")
 from tests.harness.helpers import killed_on  # noqa: E402
 from tests.helpers import ROOT  # noqa: E402
 from tmem_bench.harness import runner  # noqa: E402
-from tmem_bench.harness.plan import Overrides, load_profile, plan_run  # noqa: E402
+from tmem_bench.harness.plan import Overrides, plan_run  # noqa: E402
+from tmem_bench.harness.profiles import load_profile  # noqa: E402
 from tmem_bench.harness.rundir import RunDir  # noqa: E402
 
 STUDY_MODELS = {"base", "slots", "delta", "linear", "lstm", "ssm", "tensor"}

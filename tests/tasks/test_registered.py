@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from tmem_bench.diagnostics.conformance_tasks import TASK_CHECKS, TaskSpec, task_check_name, task_levels, task_variants
-from tmem_bench.harness.plan import Cell, load_profile, plan_run, profile_names
+from tmem_bench.harness.plan import Cell, plan_run
+from tmem_bench.harness.profiles import load_profile, profile_names
 from tmem_bench.harness.train import run_cell
 from tmem_bench.registry import TASKS, task_names
 

@@ -40,7 +40,8 @@ def cmd_list(args) -> int:
     from rich.markup import escape
 
     from ..contracts.task import level_key
-    from ..harness.plan import Overrides, load_profile, plan_task, profile_names
+    from ..harness.plan import Overrides, plan_task
+    from ..harness.profiles import load_profile, profile_names
     from ..registry import BACKBONES, TASKS, backbone_names, get_task, task_names
 
     console = Console(highlight=False, soft_wrap=True)

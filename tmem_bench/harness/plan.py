@@ -9,17 +9,14 @@ import functools
 import hashlib
 import itertools
 import json
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
-from importlib import resources
-from pathlib import Path
 
 from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, level_key
 from ..diagnostics.convergence import load_early_stop
 from ..errors import UsageError, check_int
 from ..registry import TASKS, get_task, task_names
-from ..schema import check as check_schema
 from .plan_checks import check_model
+from .profiles import load_profile, needs_extra, profile_names
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
 # Settings beside those every cell records: seeds, early stopping and training over a mix of levels
@@ -116,45 +113,6 @@ class Overrides:
     # The early-stopping rule to record in the cells, where it comes from cells already trained (a
     # board re-planning an entry made under an earlier rule); None: thresholds.toml's [early_stop].
     early_stop: dict | None = None
-
-
-def profile_names() -> list[str]:
-    """The built-in profiles, less those whose tasks need an extra that is not installed (naming
-    one still loads it, and planning it says what to install)."""
-    missing = {name for names in TASKS.missing_extras.values() for name in names}
-    found = sorted((p for p in resources.files("tmem_bench.profiles").iterdir() if p.name.endswith(".toml")),
-                   key=lambda p: p.name)
-    return [p.name[:-5] for p in found
-            if not missing or not missing & set(tomllib.loads(p.read_text("utf-8")).get("tasks", {}))]
-
-
-def needs_extra(name: str) -> None:
-    """A UsageError saying what to install, where `name` is a task of an extra that is not installed."""
-    if any(name in names for names in TASKS.missing_extras.values()):
-        TASKS.get(name)
-
-
-def load_profile(name: str) -> dict:
-    """A built-in profile by name, or a path to a TOML file, checked against the profile schema."""
-    if name.endswith(".toml"):
-        path = Path(name)
-        if path.is_dir():
-            raise UsageError(f"profile {name!r} is a folder; give a profile's TOML file")
-        if not path.is_file():
-            raise UsageError(f"profile file {name!r} does not exist")
-        data = path.read_bytes()
-    elif name.isidentifier() and resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").is_file():
-        data = resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_bytes()
-    else:
-        raise UsageError(f"unknown profile {name!r}; known: {', '.join(profile_names())} (or a path to a .toml file)")
-    try:
-        profile = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise UsageError(f"profile {name!r} is not UTF-8 text: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"profile {name!r} is not valid TOML: {e}") from None
-    check_schema(profile, "profile", f"profile {name!r}")
-    return profile
 
 
 def _model_entries(entries: list) -> list[tuple[str, str, dict, dict]]:

@@ -16,7 +16,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import UsageError
-from ..harness.plan import Overrides, needs_extra, plan_task_searches
+from ..harness.plan import Overrides, plan_task_searches
+from ..harness.profiles import needs_extra
 from ..harness.selection import choose
 from ..levels import level_key
 from ..registry import get_backbone, get_task, task_names

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..contracts.device import cpu_model
 from ..errors import UsageError
-from ..harness.plan import profile_names
+from ..harness.profiles import profile_names
 from ..files import write_json
 from ..harness.rundir import RunDir
 from ..report.stats import CI_LEVEL

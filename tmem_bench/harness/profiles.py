@@ -1,0 +1,50 @@
+"""The built-in profiles (tmem_bench/profiles/*.toml) and profile files: found by name, read and
+checked against the profile schema; what a run is planned from (plan.py)."""
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from ..errors import UsageError
+from ..registry import TASKS
+from ..schema import check as check_schema
+
+
+def profile_names() -> list[str]:
+    """The built-in profiles, less those whose tasks need an extra that is not installed (naming
+    one still loads it, and planning it says what to install)."""
+    missing = {name for names in TASKS.missing_extras.values() for name in names}
+    found = sorted((p for p in resources.files("tmem_bench.profiles").iterdir() if p.name.endswith(".toml")),
+                   key=lambda p: p.name)
+    return [p.name[:-5] for p in found
+            if not missing or not missing & set(tomllib.loads(p.read_text("utf-8")).get("tasks", {}))]
+
+
+def needs_extra(name: str) -> None:
+    """A UsageError saying what to install, where `name` is a task of an extra that is not installed."""
+    if any(name in names for names in TASKS.missing_extras.values()):
+        TASKS.get(name)
+
+
+def load_profile(name: str) -> dict:
+    """A built-in profile by name, or a path to a TOML file, checked against the profile schema."""
+    if name.endswith(".toml"):
+        path = Path(name)
+        if path.is_dir():
+            raise UsageError(f"profile {name!r} is a folder; give a profile's TOML file")
+        if not path.is_file():
+            raise UsageError(f"profile file {name!r} does not exist")
+        data = path.read_bytes()
+    elif name.isidentifier() and resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").is_file():
+        data = resources.files("tmem_bench.profiles").joinpath(f"{name}.toml").read_bytes()
+    else:
+        raise UsageError(f"unknown profile {name!r}; known: {', '.join(profile_names())} (or a path to a .toml file)")
+    try:
+        profile = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"profile {name!r} is not UTF-8 text: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"profile {name!r} is not valid TOML: {e}") from None
+    check_schema(profile, "profile", f"profile {name!r}")
+    return profile
