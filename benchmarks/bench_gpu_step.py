@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from bench_tensor_step import step_fn  # the CPU benchmark's step, beside this file
 from tmem_bench.contracts.device import hardware, resolve_device
 from tmem_bench.contracts.model import TaskModel
-from tmem_bench.harness.train import loss_and_accuracy
 from tmem_bench.registry import backbone_names, get_backbone, get_task
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -38,18 +38,6 @@ TENSOR = dict(channels=16, grid=6, chunk_size=1)
 def build(task, name: str, device, **options) -> TaskModel:
     torch.manual_seed(0)
     return TaskModel(task.make_adapter(SIZE["d_model"]), get_backbone(name, **SIZE, **options)).to(device)
-
-
-def step_fn(model: TaskModel, batch):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
-
-    def step():
-        loss, _ = loss_and_accuracy(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
 
 
 def timed(fn, device) -> float:

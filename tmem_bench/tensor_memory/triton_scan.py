@@ -102,6 +102,30 @@ def _mix_block(mix_w, row0, gate, offs_c, cm, C: tl.constexpr):
 
 
 @triton.jit
+def _mix_weights(mix_w, mix_b, offs_c, cm, C: tl.constexpr):
+    """The mix's (CB, CB) blocks per gate (i, f, o, g) of its write half, then of its h half, then
+    its bias per gate as (1, CB) rows."""
+    return (_mix_block(mix_w, 0, 0, offs_c, cm, C), _mix_block(mix_w, 0, 1, offs_c, cm, C),
+            _mix_block(mix_w, 0, 2, offs_c, cm, C), _mix_block(mix_w, 0, 3, offs_c, cm, C),
+            _mix_block(mix_w, C, 0, offs_c, cm, C), _mix_block(mix_w, C, 1, offs_c, cm, C),
+            _mix_block(mix_w, C, 2, offs_c, cm, C), _mix_block(mix_w, C, 3, offs_c, cm, C),
+            _row(mix_b, offs_c, cm), _row(mix_b + C, offs_c, cm),
+            _row(mix_b + 2 * C, offs_c, cm), _row(mix_b + 3 * C, offs_c, cm))
+
+
+@triton.jit
+def _layout(D: tl.constexpr, H: tl.constexpr, W: tl.constexpr, C: tl.constexpr, PB: tl.constexpr,
+            CB: tl.constexpr):
+    """A program's indices: cells and channels (padded to PB, CB) with their masks, each cell's
+    (d, h, w), and the (PB, CB) offsets into one channel-last (P, C) volume."""
+    offs_p = tl.arange(0, PB)
+    offs_c = tl.arange(0, CB)
+    pm, cm = offs_p < D * H * W, offs_c < C
+    return (offs_p, offs_c, pm, cm, pm[:, None] & cm[None, :], offs_p // (H * W), (offs_p // W) % H, offs_p % W,
+            offs_p[:, None] * C + offs_c[None, :])
+
+
+@triton.jit
 def _mix_block_t(mix_w, row0, gate, offs_c, cm, C: tl.constexpr):
     """The same block transposed, loaded so (tl.trans of a loaded block cost the backward its registers)."""
     r = offs_c[None, :]
@@ -130,21 +154,11 @@ def _scan_forward(cz, uy, ux, bvol, wz, wy, wx, h0, c0, taps, biases, mix_w, mix
                   PB: tl.constexpr, CB: tl.constexpr, FACTORISED: tl.constexpr, KEEP: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     P: tl.constexpr = D * H * W
-    offs_p = tl.arange(0, PB)
-    offs_c = tl.arange(0, CB)
-    pm, cm = offs_p < P, offs_c < C
-    mask = pm[:, None] & cm[None, :]
-    pd, ph, pw = offs_p // (H * W), (offs_p // W) % H, offs_p % W
-    tile = offs_p[:, None] * C + offs_c[None, :]  # (PB, CB) offsets into one (P, C) volume
+    offs_p, offs_c, pm, cm, mask, pd, ph, pw, tile = _layout(D, H, W, C, PB, CB)
     scr_tile = scratch + b * PB * CB + offs_p[:, None] * CB + offs_c[None, :]
     h = tl.load(h0 + b * P * C + tile, mask=mask, other=0.0)
     c = tl.load(c0 + b * P * C + tile, mask=mask, other=0.0)
-    Wi, Wf, Wo, Wg = (_mix_block(mix_w, 0, 0, offs_c, cm, C), _mix_block(mix_w, 0, 1, offs_c, cm, C),
-                      _mix_block(mix_w, 0, 2, offs_c, cm, C), _mix_block(mix_w, 0, 3, offs_c, cm, C))
-    Hi, Hf, Ho, Hg = (_mix_block(mix_w, C, 0, offs_c, cm, C), _mix_block(mix_w, C, 1, offs_c, cm, C),
-                      _mix_block(mix_w, C, 2, offs_c, cm, C), _mix_block(mix_w, C, 3, offs_c, cm, C))
-    bi, bf = _row(mix_b, offs_c, cm), _row(mix_b + C, offs_c, cm)
-    bo, bg = _row(mix_b + 2 * C, offs_c, cm), _row(mix_b + 3 * C, offs_c, cm)
+    Wi, Wf, Wo, Wg, Hi, Hf, Ho, Hg, bi, bf, bo, bg = _mix_weights(mix_w, mix_b, offs_c, cm, C)
     n = 0
     while n < N:  # a while loop: Triton's interpreter cannot take a runtime bound to range() under numpy 2.4
         step = b * N + n
@@ -180,19 +194,9 @@ def _scan_backward(cz, uy, ux, bvol, wz, wy, wx, taps, biases, mix_w, mix_b, hs,
                    HAS_DH: tl.constexpr, HAS_DC: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     P: tl.constexpr = D * H * W
-    offs_p = tl.arange(0, PB)
-    offs_c = tl.arange(0, CB)
-    pm, cm = offs_p < P, offs_c < C
-    mask = pm[:, None] & cm[None, :]
-    pd, ph, pw = offs_p // (H * W), (offs_p // W) % H, offs_p % W
-    tile = offs_p[:, None] * C + offs_c[None, :]
+    offs_p, offs_c, pm, cm, mask, pd, ph, pw, tile = _layout(D, H, W, C, PB, CB)
     scr_tile = scratch + b * 3 * PB * CB + offs_p[:, None] * CB + offs_c[None, :]
-    Wi, Wf, Wo, Wg = (_mix_block(mix_w, 0, 0, offs_c, cm, C), _mix_block(mix_w, 0, 1, offs_c, cm, C),
-                      _mix_block(mix_w, 0, 2, offs_c, cm, C), _mix_block(mix_w, 0, 3, offs_c, cm, C))
-    Hi, Hf, Ho, Hg = (_mix_block(mix_w, C, 0, offs_c, cm, C), _mix_block(mix_w, C, 1, offs_c, cm, C),
-                      _mix_block(mix_w, C, 2, offs_c, cm, C), _mix_block(mix_w, C, 3, offs_c, cm, C))
-    bi, bf = _row(mix_b, offs_c, cm), _row(mix_b + C, offs_c, cm)
-    bo, bg = _row(mix_b + 2 * C, offs_c, cm), _row(mix_b + 3 * C, offs_c, cm)
+    Wi, Wf, Wo, Wg, Hi, Hf, Ho, Hg, bi, bf, bo, bg = _mix_weights(mix_w, mix_b, offs_c, cm, C)
     if HAS_DH:
         dh = tl.load(d_hN + b * P * C + tile, mask=mask, other=0.0)
     else:
