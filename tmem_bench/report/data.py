@@ -125,9 +125,9 @@ def run_data(results: list[dict], run_dir=".", manifest: dict | None = None,
     table_rows, history, gates, axes, axis_is_int, options = [], [], [], {}, {}, {}
     for result in results:
         loop_rate = loop_steps_per_s(result)
-        table_rows += [{**row, "loop_steps_per_s": loop_rate} for row in rows(result)]
         history += history_rows(result)
         gates += gate_rows(result)
+        table_rows += [{**row, "loop_steps_per_s": loop_rate} for row in rows(result)]
         cell = result["cell"]
         axes.setdefault(cell["task"], tuple(cell["train_level"]))
         options.setdefault((cell["task"], cell["variant"]), dict(cell.get("task_options") or {}))

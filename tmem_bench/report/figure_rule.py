@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..registry import variant_forces_memory
 from .budget import point
 from .claims import Claim, ClaimSpec
 from .data import RunData, per_seed
 from .stats import BUDGET, EPS, INCONCLUSIVE, REFUTED, SUPPORTED, combine, mean_ci
 from .tables import fmt_ci, fmt_pct
-from .views import memory_forcing, panels, sweep_axis
+from .views import panels, sweep_axis
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 LOWER_BOUND = "lower bound"
@@ -87,14 +88,14 @@ def figure(claim: Claim, spec: ClaimSpec, data: RunData) -> None:
                                        "paper": spec.figure(), "chance": fmt_pct(rows_["chance"].mean()),
                                        "verdict": shown})
                 verdicts.append(verdict)
-                if not memory_forcing(spec.task, variant, data.task_options.get((spec.task, variant), {})):
+                if not variant_forces_memory(spec.task, variant, data.task_options.get((spec.task, variant), {})):
                     reasons.append(f"{model} {fmt_ci(mean, low, high)} at {where} ({how}) against the paper's "
                                    f"{spec.figure()}: {shown}")
                     bounds.append((verdict, lower_bound))
         if verdicts:
             per_variant[variant] = combine(verdicts)
     paper = {v: verdict for v, verdict in per_variant.items()
-             if not memory_forcing(spec.task, v, data.task_options.get((spec.task, v), {}))}
+             if not variant_forces_memory(spec.task, v, data.task_options.get((spec.task, v), {}))}
     for variant, verdict in per_variant.items():
         if variant not in paper:
             claim.notes.append(f"under the variant {variant} (not in the paper) the same rule gives: {_words(verdict)}")

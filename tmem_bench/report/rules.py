@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from ..levels import level_key
+from ..registry import variant_forces_memory
 from .budget import budget_note, lower_bound_note, lower_bounds, point
 from .capacity_rule import capacity, censored
 from .claims import Claim, ClaimSpec, claim_spec, load_claims, load_power
@@ -14,7 +15,7 @@ from .no_harm import no_harm
 from .stats import (BUDGET, INCONCLUSIVE, NOT_TESTABLE, REFUTED, SUPPORTED, combine, compare,
                     mean_ci)
 from .tables import fmt_ci, fmt_pct, fmt_points
-from .views import in_panel, memory_forcing, panels, sweep_axis, trained_in_panel
+from .views import in_panel, panels, sweep_axis, trained_in_panel
 
 
 TRAINED_EACH = "trained at each level"
@@ -47,7 +48,7 @@ def _missing_models(data: RunData, spec: ClaimSpec, models: list[str]) -> str | 
 
 def _headline(claim: Claim, spec: ClaimSpec, data: RunData, per_variant: dict[str, str]) -> None:
     """The verdict comes from the variants in the paper's setting; memory-forcing variants are reported beside it."""
-    paper = [v for v in per_variant if not memory_forcing(spec.task, v, data.task_options.get((spec.task, v), {}))]
+    paper = [v for v in per_variant if not variant_forces_memory(spec.task, v, data.task_options.get((spec.task, v), {}))]
     for variant, verdict in per_variant.items():
         if variant not in paper:
             claim.notes.append(f"under the variant {variant} (not in the paper) the same rule gives: {verdict}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..registry import TASKS
 from .data import RunData, model_order, per_seed, series_label, variant_order
 from .stats import mean_ci
 
@@ -23,13 +22,6 @@ def sweep_axis(data: RunData, task: str) -> str | None:
         return None
     rows_ = data.table[data.table["task"] == task]
     return next((a for a in axes if rows_[a].nunique() > 1), axes[0])
-
-
-def memory_forcing(task: str, variant: str, options: dict) -> bool:
-    """Whether a variant leaves the paper's information flow, as its task declares (it may still
-    differ in size, e.g. fewer frames). The standard variant, the task's defaults, never does
-    (`tmem-bench check --task` holds a task to it), so a run of it alone imports no task."""
-    return variant != "standard" and TASKS.get(task).forces_memory(options)
 
 
 def panels(data: RunData, task: str, x_axis: str) -> list[dict]:
