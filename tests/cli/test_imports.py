@@ -39,3 +39,17 @@ def test_version_and_python_dash_m():
     for argv in (["-m", "tmem_bench", "--version"], ["-m", "tmem_bench.cli", "--version"]):
         proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and proc.stdout.strip() == f"tmem-bench {__version__}", proc
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "NOPE"], "unknown task 'NOPE'; known: coordinate_binding"),
+    (["run", "coordinate_binding", "--models", "base,nope"], "unknown model 'nope'; known: base"),
+    (["run", "coordinate_binding", "--models", "nope", "--dry-run"], "unknown model 'nope'"),
+])
+def test_a_bad_name_is_refused_before_torch_is_imported(argv, needle):
+    # Importing torch takes seconds (tens on a busy machine): a typo is told before that.
+    code = ("import sys\nfrom tmem_bench.cli import main\n"
+            f"print(main({argv!r}), 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["2", "False"], proc
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
