@@ -15,6 +15,7 @@ from tmem_bench.diagnostics.state_probe import NO_STATE, PROBED, ReadoutConfig
 from tmem_bench.errors import UsageError
 from tmem_bench.harness import probe_run as probe_run_module
 from tmem_bench.harness.probe_run import CALIBRATION_GOAL, probe_run
+from tmem_bench.report.data import usable_probe_accuracy
 
 TINY = ReadoutConfig(width=16, query_width=16, mlp_width=16, bilinear_units=8, bilinear_query=8, bilinear_rank=16,
                      attention_width=16, learned_rows=4, steps=20, validation_size=64, validate_every=10)
@@ -46,6 +47,7 @@ def test_a_run_is_probed_into_state_probe_json_and_resumed(tiny_run, capsys, mon
         calibration = lstm["calibration"]
         assert (calibration["format"], calibration["reference"]) == ("dense", "dense")
         assert calibration["usable"] == (calibration["probe"] / calibration["best"] >= CALIBRATION_GOAL)
+        assert calibration["usable"] == (lstm["readout"] in calibration["calibrated"])
     assert len(doc["calibrations"]) == 2
     for key, stored in doc["calibrations"].items():
         assert key.startswith("coordinate_binding[") and key.endswith("@n_writes=4,noise=0.05|dense")
@@ -199,31 +201,64 @@ def _row(validation: dict, evaluation: dict) -> dict:
                          for n in validation}}
 
 
-def test_a_probe_number_is_usable_where_a_member_of_its_family_reads_the_reference():
+def test_the_number_comes_from_a_calibrated_member_and_the_best_other_read_stands_beside_it():
     # attention is best on the probe's own validation but reads the key-value reference at 12% of
-    # its best; rows_linear reads it at 93%: the family reads the format, so attention's number,
-    # at least what rows_linear reads of this state, is usable.
+    # its best; rows_linear reads it at 93%: the number is rows_linear's, attention's beside it.
     row = _row({"gated": 0.2, "attention": 0.85, "rows_linear": 0.83}, {"gated": 0.2, "attention": 0.84,
                                                                       "rows_linear": 0.82})
     reference = {"format": "kv", "reference": "kv_mixed", "best": 1.0,
                  "readouts": {"gated": 0.2, "attention": 0.12, "rows_linear": 0.93}}
     settled = probe_run_module.settle(row, reference)
     assert (settled["readout"], settled["probe_accuracy"], settled["probe_validation_accuracy"]) == (
-        "attention", 0.84, 0.85)
+        "rows_linear", 0.82, 0.83)
     c = settled["calibration"]
-    assert c["usable"] and c["member"] == "rows_linear" and c["ratio"] == pytest.approx(0.93)
-    assert c["chosen_probe"] == 0.12
-    # No member reads the reference within the goal: the number stands, not usable.
-    settled = probe_run_module.settle(row, {**reference, "readouts": {"gated": 0.2, "attention": 0.12,
-                                                                      "rows_linear": 0.5}})
-    assert settled["probe_accuracy"] == 0.84 and not settled["calibration"]["usable"]
-    assert settled["calibration"]["member"] == "rows_linear"
-    # A row whose readout was set otherwise gets the family's choice back.
-    assert probe_run_module.settle({**row, "readout": "rows_linear", "probe_accuracy": 0.82},
-                                   reference)["probe_accuracy"] == 0.84
+    assert c["usable"] and c["calibrated"] == ["rows_linear"] and c["chosen_probe"] == 0.93
+    assert c["member"] == "rows_linear" and c["ratio"] == pytest.approx(0.93)
+    assert settled["uncalibrated"] == {"readout": "attention", "probe_accuracy": 0.84, "ratio": pytest.approx(0.12)}
+    # Among several calibrated members the one best on validation, not the one best on the reference.
+    two = {**reference, "readouts": {"gated": 0.2, "attention": 0.91, "rows_linear": 0.99}}
+    settled = probe_run_module.settle(row, two)
+    assert settled["readout"] == "attention" and settled["calibration"]["member"] == "rows_linear"
+    assert settled["uncalibrated"]["readout"] == "gated"
+    # Every member calibrated: nothing beside the number.
+    every = {**reference, "readouts": {"gated": 0.95, "attention": 0.95, "rows_linear": 0.95}}
+    assert "uncalibrated" not in probe_run_module.settle(row, every)
     # A task without reference states keeps the family's best and says why.
     none = {"format": "kv", "reference": None, "usable": False, "why": "no reference states for task 'x'"}
-    assert probe_run_module.settle(row, none)["calibration"] == none
+    settled = probe_run_module.settle(row, none)
+    assert settled["calibration"] == none and settled["readout"] == "attention" and "uncalibrated" not in settled
+
+
+def test_a_family_with_no_calibrated_member_cannot_tell():
+    row = _row({"gated": 0.2, "attention": 0.85, "rows_linear": 0.83}, {"gated": 0.2, "attention": 0.84,
+                                                                      "rows_linear": 0.82})
+    # rows_linear at 89.9% of the best: just below the goal.
+    below = {"format": "kv", "reference": "kv_mixed", "best": 1.0,
+             "readouts": {"gated": 0.2, "attention": 0.12, "rows_linear": CALIBRATION_GOAL - 0.001}}
+    settled = probe_run_module.settle(row, below)
+    c = settled["calibration"]
+    assert not c["usable"] and c["calibrated"] == [] and c["member"] == "rows_linear"
+    assert settled["readout"] == "attention" and settled["probe_accuracy"] == 0.84  # what the probe found
+    assert "uncalibrated" not in settled  # the number itself is the uncalibrated read
+    assert usable_probe_accuracy(settled) is None
+
+
+def test_a_stored_row_is_settled_again_by_the_current_rule_on_resume(tmp_path):
+    # A row as the earlier rule stored it: attention's number, usable because rows_linear read the
+    # reference. Read back, it carries rows_linear's number and attention's beside it, and nothing
+    # is trained (the numbers are the stored ones).
+    row = {**_row({"attention": 0.85, "rows_linear": 0.83}, {"attention": 0.84, "rows_linear": 0.82}),
+           "probe_accuracy": 0.84, "cell_id": "c1", "label": "linear", "seed": 0,
+           "calibration": {"format": "kv", "reference": "kv_mixed", "best": 1.0, "member": "rows_linear",
+                           "probe": 0.93, "ratio": 0.93, "usable": True, "chosen_probe": 0.12,
+                           "readouts": {"attention": 0.12, "rows_linear": 0.93}}}
+    path = tmp_path / "state_probe.json"
+    path.write_text(json.dumps(probe_run_module.document([row], TINY)))
+    assert usable_probe_accuracy(row) is None  # a report never reads the earlier rule's uncalibrated number
+    done, _ = probe_run_module._previous(path, TINY)
+    settled = done["c1"]
+    assert (settled["readout"], settled["probe_accuracy"]) == ("rows_linear", 0.82)
+    assert settled["uncalibrated"]["probe_accuracy"] == 0.84 and usable_probe_accuracy(settled) == 0.82
 
 
 def test_the_familys_read_is_its_best_member_the_first_of_a_tie():

@@ -252,18 +252,21 @@ def test_a_variant_the_budget_left_open_is_not_said_not_to_discriminate(tmp_path
     assert power_of(tmp_path / "alone", {"base": 0.25, "tensor": 0.27})["verdict"] == BUDGET
 
 
-def _probed_capacity_run(run_dir, accuracies, probes, usable=True):
+def _probed_capacity_run(run_dir, accuracies, probes, usable=True, readout="attention"):
     """_capacity_run (base holding at 45% at every W) with state_probe.json giving the probe accuracy
-    `probes[W]` for every tensor seed at W, its calibration on the closest reference state usable or not."""
+    `probes[W]` of `readout` for every tensor seed at W, its calibration on the closest reference
+    state usable (attention reads it within the goal) or not (no member does)."""
     _capacity_run(run_dir, accuracies, base=0.45)
     rows = []
-    calibration = {"reference": "voxel_mixed", "best": 0.97, "probe": 0.95 if usable else 0.5, "usable": usable}
+    calibration = {"reference": "voxel_mixed", "best": 0.97, "probe": 0.95 if usable else 0.5, "usable": usable,
+                   "calibrated": ["attention"] if usable else []}
     for path in sorted((run_dir / "cells").glob("*.json")):
         result = json.loads(path.read_text())
         w = result["cell"]["train_level"]["n_writes"]
         if w in probes and result["cell"]["model"] == "tensor":
             rows.append({"cell_id": result["cell_id"], "label": "tensor", "seed": result["cell"]["seed"], "n_writes": w,
-                         "probe_accuracy": probes[w], "status": "probed", "calibration": calibration})
+                         "probe_accuracy": probes[w], "readout": readout, "status": "probed",
+                         "calibration": calibration})
     (run_dir / "state_probe.json").write_text(json.dumps({"schema": 2, "rows": rows}))
     return check_claim(load_run(run_dir), "capacity"), check_claim(load_run(run_dir), "saturation")
 
@@ -286,11 +289,15 @@ def test_a_state_the_probe_reads_is_not_full_it_was_not_read(tmp_path):
     assert saturation.verdict == BUDGET and "did not learn to read its state" in saturation.reason
 
 
-def test_a_probe_that_misreads_its_closest_reference_cannot_tell(tmp_path):
-    """The same probe numbers with a calibration below the goal: no verdict reads them, and the
-    point says the probe cannot tell instead of 'full as far as it can tell'."""
+@pytest.mark.parametrize("usable, readout", [(False, "attention"), (True, "gated")])
+def test_a_probe_that_misreads_its_closest_reference_cannot_tell(tmp_path, usable, readout):
+    """The same probe numbers with a calibration below the goal, or from a member outside the
+    calibrated ones (gated, where only attention reads the reference within the goal: a file
+    settled by the earlier rule): no verdict reads them, and the point says the probe cannot tell
+    instead of 'full as far as it can tell'."""
     accuracies = {5: 0.95, 20: 0.90, 40: 0.40}
-    capacity, saturation = _probed_capacity_run(tmp_path, accuracies, {5: 0.90, 20: 0.80, 40: 0.70}, usable=False)
+    capacity, saturation = _probed_capacity_run(tmp_path, accuracies, {5: 0.90, 20: 0.80, 40: 0.70}, usable=usable,
+                                                readout=readout)
     assert capacity.verdict == REFUTED
     assert "did not learn to read its state" not in capacity.reason
     assert "full as far as it can tell" not in capacity.reason

@@ -73,3 +73,22 @@ def test_the_state_probe_is_shown_where_the_run_has_one(tmp_path):
     probe = text.split("## State probe\n")[1].split("\n## ")[0]
     assert "- readout: mlp" in probe and "| label | n_writes | probe_accuracy | accuracy |" in probe
     assert "| lstm | 5 | 0.75 | 0.5 |" in probe
+
+
+def test_the_probe_table_shows_the_best_uncalibrated_read_beside_the_number_marked(tmp_path):
+    from tmem_bench.harness.probe_run import settle
+
+    run = tmp_path / "probed"
+    write_cell(run, "coordinate_binding", "standard", "lstm", 0, (("n_writes", 5), ("noise", 0.0)),
+               {(("n_writes", 5), ("noise", 0.0)): 0.5})
+    row = {"label": "lstm", "seed": 0, "n_writes": 5, "accuracy": 0.5, "status": "probed", "cell_id": "c",
+           "readouts": {"attention": {"validation": 0.8, "evaluation": 0.79, "best_step": 100},
+                        "rows_linear": {"validation": 0.6, "evaluation": 0.61, "best_step": 100}}}
+    row = settle(row, {"format": "dense", "reference": "dense", "best": 1.0,
+                       "readouts": {"attention": 0.2, "rows_linear": 0.95}})
+    (run / "state_probe.json").write_text(json.dumps({"schema": 2, "rows": [row]}))
+    probe = write_report(run).path.read_text().split("## State probe\n")[1].split("\n## ")[0]
+    header = next(line for line in probe.splitlines() if line.startswith("| label"))
+    assert "| probe_accuracy | uncalibrated |" in header  # side by side
+    assert "| 0.61 | attention 0.790 (uncalibrated: reads dense at 20%; no verdict reads it) |" in probe
+    assert "within the goal: rows_linear" in probe

@@ -6,10 +6,11 @@ resumes where it stopped.
 Beside each probe number, its calibration: every member of the readout family trained the same
 way on the reference state closest to the memory's format (diagnostics/probe_references.py) at the
 same task and level, and its accuracy there against the reference's best possible read. A probe
-number (the member best on the probe's own validation sequences) is usable (`calibration.usable`)
-only where a member of the family reads that reference within CALIBRATION_GOAL of its best; the
-verdicts read no other. Each reference's calibration is kept in the file once trained, and may be
-taken from another run's file of the same settings."""
+number comes from the members of the family that read that reference within CALIBRATION_GOAL of
+its best (the one best on the probe's own validation sequences among them) and only then is usable
+(`calibration.usable`); the verdicts read no other. The best read of the other members is kept
+beside it (`uncalibrated`), read by no verdict. Each reference's calibration is kept in the file
+once trained, and may be taken from another run's file of the same settings."""
 from __future__ import annotations
 
 import json
@@ -93,20 +94,33 @@ def calibration(task, level, fmt: str, config: ReadoutConfig, train_task, calibr
 
 
 def settle(row: dict, calibration: dict) -> dict:
-    """`row` (a probed cell, every member's numbers in row["readouts"]) with its number the chosen
-    member's (`chosen_readout`) and its `calibration` completed: the family's read of the reference,
-    its best member's (`member`, `probe`, `ratio`), usable where that reaches the goal, beside the
-    chosen member's (`chosen_probe`). The chosen member reads this state at least as well as the
-    calibrated one (on the probe's validation sequences), so where the family reads the format the
-    number bounds what a format-fit read finds; no member reads what a state does not hold
-    (constant and noise read at chance)."""
-    row = {**row, **chosen_readout(row["readouts"])}
+    """`row` (a probed cell, every member's numbers in row["readouts"]) with its number chosen and its
+    `calibration` completed: the members that read the reference within the goal (`calibrated`),
+    the family's best member's read (`member`, `probe`, `ratio`) and the chosen member's
+    (`chosen_probe`). The number (`readout`, `probe_accuracy`) is the member best on the probe's own
+    validation sequences among the calibrated ones, and usable: a member that misreads the
+    memory's format may read more of this state, but its number is backed by nothing a reference
+    showed it can find, so no verdict reads it; it stays beside the number as `uncalibrated`, the
+    best of the others on validation. Without a calibrated member the number is the family's best
+    on validation and the probe cannot tell. A stored row settled by an earlier rule is settled
+    again from its stored numbers (`_previous`)."""
+    family = list(row["readouts"])
+    reads = calibration.get("readouts") or {}
+    calibrated = [n for n in family if n in reads and reads[n] / calibration["best"] >= CALIBRATION_GOAL]
+    others = [n for n in family if n not in calibrated]
+    row = {k: v for k, v in row.items() if k != "uncalibrated"}
+    row = {**row, **chosen_readout({n: row["readouts"][n] for n in calibrated or family})}
     if calibration.get("reference") is None:
         return {**row, "calibration": calibration}
-    reads = calibration["readouts"]
-    member, ratio = family_read(reads, [n for n in row["readouts"] if n in reads], calibration["best"])
+    if calibrated and others:
+        # Chosen on validation, as the number is: the evaluation set chooses nothing.
+        name = chosen_readout({n: row["readouts"][n] for n in others})["readout"]
+        row["uncalibrated"] = {"readout": name, "probe_accuracy": row["readouts"][name]["evaluation"],
+                               "ratio": reads[name] / calibration["best"] if name in reads else None}
+    member, ratio = family_read(reads, [n for n in family if n in reads], calibration["best"])
     return {**row, "calibration": {**calibration, "member": member, "probe": reads[member], "ratio": ratio,
-                                   "usable": ratio >= CALIBRATION_GOAL, "chosen_probe": reads[row["readout"]]}}
+                                   "calibrated": calibrated, "usable": bool(calibrated),
+                                   "chosen_probe": reads.get(row["readout"])}}
 
 
 def family_read(reads: dict[str, float], family: list[str], best: float) -> tuple[str, float]:
@@ -138,7 +152,16 @@ def _previous(path: Path, config: ReadoutConfig, taken: bool = False) -> tuple[d
         changed = sorted(k for k in current if settings.get(k) != current[k])
         raise UsageError(f"{path} holds a probe with other readout settings ({', '.join(changed)}); " + (
             other if taken else "rerun with the same settings to resume, or remove it to probe again"))
-    return {row["cell_id"]: row for row in rows}, calibrations
+    return {row["cell_id"]: _settled(row) for row in rows}, calibrations
+
+
+def _settled(row: dict) -> dict:
+    """A stored row settled by the current rule from its stored numbers (every member's read of the
+    state and of its reference), so that a file written under an earlier choice of readout is
+    rewritten under this one on resume, with no readout trained again."""
+    if row.get("status") != PROBED or not isinstance(row.get("calibration"), dict) or "readouts" not in row:
+        return row
+    return settle(row, row["calibration"])
 
 
 def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig = ReadoutConfig(), say=print,
@@ -147,10 +170,11 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
     """Probe every finished cell of a run directory (those of `labels`, `seeds`, `tasks` and
     training `levels` (level keys) where given, none of `leave_out`: the learning-rate trials no
     report reads) and write RUN_DIR/state_probe.json after each; cells already probed with the same
-    readout are kept as stored. The reference calibrations of the `calibrations_from` files (other
-    runs' state_probe.json, of the same readout settings) are taken rather than trained again: a
-    calibration depends on the task, level and settings alone. Readouts train on `device`; each row
-    names the hardware that computed it. The file is the probe's alone, so the run's lock is not
+    readout are kept with their stored numbers, settled again by the current rule (`_settled`).
+    The reference calibrations of the `calibrations_from` files (other runs' state_probe.json, of
+    the same readout settings) are taken rather than trained again: a calibration depends on the
+    task, level and settings alone. Readouts train on `device`; each row names the hardware that
+    computed it. The file is the probe's alone, so the run's lock is not
     taken (a report may be written meanwhile).
     A cell's weights are read from the run directory, else from the first of the `weights` folders
     that holds `<cell id>.safetensors` (a leaderboard entry's cells/, say)."""
@@ -206,6 +230,9 @@ def probe_run(path, weights=(), labels=None, seeds=None, config: ReadoutConfig =
             numbers.append(f"{row['readout']} chosen; the family reads {c['reference']} at {c['probe']:.3f} of "
                            f"{c['best']:.3f} ({c['member']})"
                            f"{'' if c['usable'] else ': the probe cannot tell'}")
+            if "uncalibrated" in row:
+                u = row["uncalibrated"]
+                numbers.append(f"uncalibrated: {u['readout']} {u['probe_accuracy']:.3f}")
         say(f"{row['label']} seed {row['seed']} @ {level_key(result['cell']['train_level'])}: "
             f"{', '.join([row['status'], *numbers])} ({row['wall_time_s']:.0f} s)")
     doc = document(done.values(), config, calibrations)
@@ -222,13 +249,15 @@ def document(rows, config: ReadoutConfig, calibrations: dict | None = None) -> d
 
 
 ROW_FIELDS = {"label", "seed", "accuracy", "probe_accuracy", "chance", "status", "probe_validation_accuracy",
-              "best_step", "state_floats", "wall_time_s", "cell_id", "readout", "readouts", "calibration", "hardware"}
+              "best_step", "state_floats", "wall_time_s", "cell_id", "readout", "readouts", "calibration", "hardware",
+              "uncalibrated"}
 
 
 def summary(doc: dict) -> list[list]:
     """[label, level, seeds, model accuracy, probe accuracy, readouts chosen, calibration] per label and
     level, means over seeds; the calibration is the family's reading of the closest reference (its
-    best member's) as a fraction of its best possible read (the lowest over seeds), or why there is none."""
+    best member's) as a fraction of its best possible read (the lowest over seeds), or why there is
+    none, and the mean of the best uncalibrated reads where the seeds have one."""
     groups: dict[tuple, list[dict]] = {}
     for row in doc["rows"]:
         level = ",".join(f"{k}={v}" for k, v in row.items() if k not in ROW_FIELDS)
@@ -246,6 +275,10 @@ def summary(doc: dict) -> list[list]:
             note = f"{worst['reference']} {worst['ratio']:.0%}{'' if worst['usable'] else ' (cannot tell)'}"
         else:
             note = next(c["why"] for c in calibrated if not c.get("reference"))
+        others = [r["uncalibrated"]["probe_accuracy"] for r in probed if "uncalibrated" in r]
+        if others:
+            note += (f"; the best uncalibrated read {sum(others) / len(others):.3f} ({len(others)} of {len(probed)} "
+                     "seeds, read by no verdict)")
         out.append([label, level, len(rows), sum(own) / len(own) if own else None,
                      sum(r["probe_accuracy"] for r in probed) / len(probed) if probed else rows[0]["status"],
                      readouts, note])

@@ -108,11 +108,14 @@ def read_state_probe(run_dir: RunDir) -> tuple[dict | None, dict[str, float], st
 
 
 def usable_probe_accuracy(row: dict) -> float | None:
-    """A probed row's accuracy where a verdict may read it, None where the probe cannot tell: its
-    readout read the reference state closest to the memory's format below the calibration goal,
-    or the row carries no calibration (a probe of schema 1, or a task without reference states)."""
+    """A probed row's accuracy where a verdict may read it, None where the probe cannot tell: the
+    row's own readout is not among the members that read the reference state closest to the
+    memory's format within the calibration goal (a family with none, or a row settled by an earlier
+    rule that took an uncalibrated member's number: `tmem-bench probe RUN_DIR` settles it again), or
+    the row carries no calibration (a probe of schema 1, or a task without reference states)."""
     calibration = row.get("calibration")
-    if isinstance(calibration, dict) and calibration.get("usable") is True:
+    if (isinstance(calibration, dict) and calibration.get("usable") is True
+            and row.get("readout") in (calibration.get("calibrated") or ())):
         return float(row["probe_accuracy"])
     return None
 

@@ -190,12 +190,15 @@ def _state_probe(data: RunData) -> list[str]:
         return []
     out = ["", "## State probe", "",
            "A readout family trained on each memory's frozen final state to answer the queries from the state "
-           "alone (the member best on the probe's own validation sequences), beside the model's own accuracy, and "
-           "the family's calibration: its best member's accuracy on the reference state of known content closest "
-           "to the memory's format against that state's best possible read (and the chosen member's); a verdict "
-           "reads a probe number only where the calibration is usable (state_probe.json):",
+           "alone, beside the model's own accuracy, and the family's calibration: its best member's accuracy on the "
+           "reference state of known content closest to the memory's format against that state's best possible "
+           "read (and the chosen member's). The probe number is the member best on the probe's own validation "
+           "sequences among those that read the reference within the calibration goal, and a verdict reads it only "
+           "there (usable); the best read of the other members is beside it, marked uncalibrated, and no verdict "
+           "reads it (state_probe.json):",
            ""]
     records = [{**r, **({"calibration": _calibration(r["calibration"])} if "calibration" in r else {}),
+               **({"uncalibrated": _uncalibrated(r["uncalibrated"], r["calibration"])} if "uncalibrated" in r else {}),
                 **({"readouts": ", ".join(f"{k} {v['evaluation']:.3f}" for k, v in r["readouts"].items())}
                    if isinstance(r.get("readouts"), dict) else {})} for r in probe["rows"]]
     facts = {k: v for k, v in probe.items() if not isinstance(v, (list, dict))}
@@ -203,6 +206,9 @@ def _state_probe(data: RunData) -> list[str]:
     if records:
         # The fields in a probed row's order; rows without a state have fewer.
         header = list(dict.fromkeys(k for r in sorted(records, key=len, reverse=True) for k in r))
+        if "uncalibrated" in header and "probe_accuracy" in header:  # the number and what it is not, side by side
+            header.remove("uncalibrated")
+            header.insert(header.index("probe_accuracy") + 1, "uncalibrated")
         out += [""] * bool(facts) + [md_table(header, [[_value(r.get(k)) for k in header] for r in records])]
     return out
 
@@ -211,9 +217,15 @@ def _calibration(c: dict) -> str:
     if not c.get("reference"):
         return f"none: {c.get('why', '?')}"
     member = f"{c['member']} " if c.get("member") else ""
-    chosen = f"; the chosen member {c['chosen_probe']:.3f}" if "chosen_probe" in c else ""
+    chosen = f"; the chosen member {c['chosen_probe']:.3f}" if c.get("chosen_probe") is not None else ""
+    chosen += f"; within the goal: {', '.join(c['calibrated']) or 'none'}" if "calibrated" in c else ""
     return (f"{c['reference']}: {member}{c['probe']:.3f} of {c['best']:.3f} ({c['ratio']:.0%}){chosen}: "
             f"{'usable' if c['usable'] else 'the probe cannot tell'}")
+
+
+def _uncalibrated(u: dict, c: dict) -> str:
+    ratio = "" if u.get("ratio") is None else f": reads {c['reference']} at {u['ratio']:.0%}"
+    return f"{u['readout']} {u['probe_accuracy']:.3f} (uncalibrated{ratio}; no verdict reads it)"
 
 
 def _value(v) -> str:
