@@ -138,3 +138,27 @@ def test_converged_cells_counts_each_runs_cells_by_the_current_rule(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "1 of 2 cells converged (1 more record no verdict), 1 min of cell wall time" in proc.stdout
     assert "| occlusion | tensor | 3 | 1 | 1 | 1 | 150-1,500 | cap 1, converged 1, fixed budget 1 | 0.8 |" in proc.stdout
+
+
+def test_probe_table_sets_the_best_uncalibrated_read_beside_the_number_and_keeps_only_the_changed(tmp_path):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import probe_table
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    from tmem_bench.harness.probe_run import settle
+
+    def row(cell_id, calibration_reads):
+        stored = {"cell_id": cell_id, "label": "linear", "seed": 0, "n_writes": 10, "accuracy": 0.9,
+                  "status": "probed", "wall_time_s": 1.0,
+                  "readouts": {"attention": {"validation": 0.85, "evaluation": 0.84, "best_step": 1},
+                               "rows_linear": {"validation": 0.83, "evaluation": 0.82, "best_step": 1}}}
+        return settle(stored, {"format": "kv", "reference": "kv_mixed", "best": 1.0, "readouts": calibration_reads})
+
+    moved = row("a", {"attention": 0.12, "rows_linear": 0.93})  # rows_linear's number, attention's beside it
+    kept = row("b", {"attention": 0.95, "rows_linear": 0.93})  # attention calibrated: its number, as before
+    earlier = {"rows": [{**moved, "probe_accuracy": 0.84, "readout": "attention"}, kept]}
+    lines = probe_table.tables({"rows": [moved, kept]}, earlier, rows=True, changed=True)
+    assert len(lines) == 3  # the header, its rule and the one cell whose number moved
+    assert "| 84.0% (attention) | 82.0% (rows_linear) | 84.0% (attention; uncalibrated) |" in lines[2]
+    assert len(probe_table.tables({"rows": [moved, kept]}, earlier, rows=True)) == 4
