@@ -27,13 +27,14 @@ def test_validity_of_a_tiny_external_run_writes_its_table_figure_and_markdown(tm
                           "--resamples", "100"], capsys)
     assert code == 0, err
     table = pd.read_csv(tmp_path / "ext/validity/validity.csv")
-    # 3 study scores and 4 capacity scores, against accuracy, return and the mean return
-    assert len(table) == 7 * 3 and set(table["n_models"]) == {3}
+    # 3 study scores and 4 capacity scores, against accuracy, return and the mean return over all levels
+    # and over those kept (2 steps leave every model below +1 and one above chance: RepeatFirst is kept)
+    assert len(table) == 7 * 4 and set(table["n_models"]) == {3}
     assert set(table["models"]) == {"base linear lstm"}
     assert table["tau"].between(-1, 1).all()
     for name in ("validity.md", "validity.png", "validity.svg"):
         assert (tmp_path / "ext/validity" / name).is_file()
-    assert "written:" in out and "tau" in out
+    assert "written:" in out and "strongest relation" in out
 
 
 @pytest.mark.parametrize("where, said", [
@@ -54,3 +55,39 @@ def test_a_new_out_folder_made_to_check_it_is_removed_when_the_runs_are_refused(
     one_line_error(*cli(["validity", STUDY, STUDY, "--out", tmp_path / "new" / "deeper"], capsys)[::2],
                    "no closed-loop returns")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_committed_runs_summary_says_every_pair_is_exploratory_and_why(capsys, tmp_path):
+    code, out, err = cli(["validity", STUDY, ROOT / "docs/runs/capacity_converge", ROOT / "docs/runs/external",
+                          "--out", tmp_path, "--resamples", "200"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("no confirmatory pair: the hypothesis in ") and "Every pair is exploratory." in lines[0]
+    assert "is not among these runs' scores" in lines[0] and "does not record when its first cell started" in lines[0]
+    assert lines[1].startswith("strongest relation (exploratory): ")
+    assert "exploratory pairs reach p <= 0.05 after Holm's correction" in lines[2] and "7 models" in lines[2]
+    assert "blank heatmap columns: repeat_first @ difficulty=1 accuracy" in lines[3]
+    assert any(line.startswith("left out: capacity_converge: 10 cell(s) of tensor_grid4") for line in lines)
+    assert set(pd.read_csv(tmp_path / "validity.csv")["role"]) == {"exploratory"}
+
+
+def test_a_hypothesis_file_that_is_missing_or_malformed_is_one_line(capsys, tmp_path):
+    one_line_error(*cli(["validity", STUDY, STUDY, "--hypothesis", tmp_path / "none.toml"], capsys)[::2],
+                   "--hypothesis", "is not a file")
+    (tmp_path / "h.toml").write_text("stated = [")
+    one_line_error(*cli(["validity", STUDY, ROOT / "docs/runs/external", "--out", tmp_path / "o",
+                         "--hypothesis", tmp_path / "h.toml"], capsys)[::2], "is not TOML")
+
+
+def test_a_nan_return_in_a_run_is_one_line_naming_the_cell(capsys, tmp_path):
+    import json
+    import shutil
+
+    external = tmp_path / "ext"
+    shutil.copytree(ROOT / "docs/runs/external", external, ignore=shutil.ignore_patterns("*.safetensors", "validity"))
+    cell = sorted((external / "cells").glob("*.json"))[0]
+    doc = json.loads(cell.read_text())
+    doc["eval"][0]["closed_loop"]["mean_return"] = float("nan")
+    cell.write_text(json.dumps(doc))
+    one_line_error(*cli(["validity", STUDY, external, "--out", tmp_path / "o"], capsys)[::2],
+                   f"cell {cell.stem}", "has normalised_return nan, which is not finite")

@@ -128,3 +128,18 @@ def test_a_fifo_where_a_run_keeps_a_file_is_named_not_waited_on(finished_run, tm
     assert "1 problem(s) with the run's files" in proc.stderr
     assert f"{path.name} is unreadable" in (run / "report.md").read_text()
     assert "not a regular file" in (run / "report.md").read_text()
+
+
+def test_the_first_start_survives_a_resume_and_a_manifest_without_one_gains_none(tmp_path):
+    """Issue 59: validity judges a hypothesis by the run's first start; a resume rewrites "started"."""
+    from tmem_bench.harness.rundir import RunDir
+
+    run = RunDir.create(tmp_path / "run")
+    run.begin([], {"started": "2026-01-01T00:00:00+00:00"}, append=False)
+    run.begin([], {"started": "2026-02-01T00:00:00+00:00"}, append=False)
+    manifest = run.manifest()
+    assert (manifest["first_started"], manifest["started"]) == ("2026-01-01T00:00:00+00:00", "2026-02-01T00:00:00+00:00")
+    old = RunDir.create(tmp_path / "old")
+    (tmp_path / "old/manifest.json").write_text(json.dumps({"started": "2026-01-01T00:00:00+00:00", "cells": []}))
+    old.begin([], {"started": "2026-02-01T00:00:00+00:00"}, append=False)
+    assert "first_started" not in old.manifest()

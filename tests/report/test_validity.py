@@ -1,7 +1,10 @@
 """External validity (tmem_bench.report.validity): Kendall's tau against hand-computed cases and a
-plain pair count, its seed-bootstrap interval on rankings with known answers, and the scores read
-from the committed toy runs and from an external run's table."""
+plain pair count; the permutation test, the model-resampling intervals and Holm's correction on
+synthetic rankings (a perfect order, a random one, ties) against scipy; the scores read from the
+committed toy runs and from an external run's table, and the values refused there; the hypothesis
+read, and its pair confirmatory only where it was stated before the external run's first cell."""
 import itertools
+import re
 import math
 
 import numpy as np
@@ -11,7 +14,8 @@ import pytest
 from tests.helpers import ROOT
 from tmem_bench.errors import UsageError
 from tmem_bench.report.data import RunData, load_run
-from tmem_bench.report.validity import (Score, critical_tau, external_scores, kendall_tau, tau_interval,
+from tmem_bench.report.validity import (MEAN_ALL, Score, critical_tau, external_scores, holm, kendall_tau,
+                                        model_interval, permutation_p, read_hypothesis, rho_rows, summary,
                                         toy_scores, validity_markdown, validity_table)
 
 
@@ -61,41 +65,6 @@ def test_critical_tau_is_the_exact_permutation_threshold():
         critical_tau(10)
 
 
-def score(name, means, spread=0.0, seeds=3, kind="toy"):
-    """Each model's seeds spread evenly around its mean."""
-    offsets = np.linspace(-spread, spread, seeds)
-    return Score(name, kind, {label: tuple(m + offsets) for label, m in means.items()})
-
-
-MODELS = ["a", "b", "c", "d", "e"]
-
-
-def test_the_interval_of_rankings_the_seeds_never_reorder_is_the_point():
-    toy = score("toy", dict(zip(MODELS, [0.1, 0.2, 0.3, 0.4, 0.5])), spread=0.01)
-    same = score("ext", dict(zip(MODELS, [1, 2, 3, 4, 5])), spread=0.1, kind="external")
-    reverse = score("ext", dict(zip(MODELS, [5, 4, 3, 2, 1])), spread=0.1, kind="external")
-    r = tau_interval(toy, same)
-    assert (r["tau"], r["low"], r["high"], r["n_models"]) == (1.0, 1.0, 1.0, 5)
-    r = tau_interval(toy, reverse)
-    assert (r["tau"], r["low"], r["high"]) == (-1.0, -1.0, -1.0)
-
-
-def test_seeds_that_overlap_widen_the_interval_around_the_point_and_the_same_seed_gives_the_same_interval():
-    toy = score("toy", dict(zip(MODELS, [0.1, 0.2, 0.3, 0.4, 0.5])), spread=0.15)
-    ext = score("ext", dict(zip(MODELS, [1, 2, 3, 4, 5])), spread=1.5, kind="external")
-    r = tau_interval(toy, ext, n_boot=500)
-    assert r["tau"] == 1.0 and -1 <= r["low"] < 1.0 and r["high"] == 1.0
-    assert tau_interval(toy, ext, n_boot=500) == r
-
-
-def test_only_the_models_both_scores_have_are_ranked():
-    toy = score("toy", {"a": 1, "b": 2, "c": 3, "x": 0})
-    ext = score("ext", {"a": 1, "b": 2, "c": 3, "y": 9}, kind="external")
-    r = tau_interval(toy, ext)
-    assert r["models"] == ["a", "b", "c"] and r["tau"] == 1.0
-    assert math.isnan(tau_interval(toy, score("ext", {"a": 1}, kind="external"))["tau"])
-
-
 def test_toy_scores_are_the_memory_forcing_accuracies_at_the_trained_level_of_the_committed_runs():
     study = toy_scores(load_run(ROOT / "docs/runs/study_converge"))
     assert [s.name for s in study] == ["study_converge: coordinate_binding @ n_writes=10,noise=0.05",
@@ -107,12 +76,12 @@ def test_toy_scores_are_the_memory_forcing_accuracies_at_the_trained_level_of_th
     assert [s.name.split("n_writes=")[1].split(",")[0] for s in capacity] == ["5", "10", "20", "40"]
 
 
-def external_run(returns: dict[str, list[float]]) -> RunData:
+def external_run(returns: dict[str, list[float]], manifest=None) -> RunData:
     rows = [{"task": "popgym_repeat_first", "train_level": "difficulty=1", "label": label, "seed": seed,
              "trained_at_level": True, "status": "finished", "accuracy": (r + 1) / 2, "normalised_return": r,
-             "variant": "standard"}
+             "variant": "standard", "chance": 0.25, "cell_id": f"{label}{seed}"}
             for label, values in returns.items() for seed, r in enumerate(values)]
-    return RunData("ext", None, pd.DataFrame(rows), pd.DataFrame(), pd.DataFrame(), {})
+    return RunData("ext", manifest, pd.DataFrame(rows), pd.DataFrame(), pd.DataFrame(), {})
 
 
 def test_a_toy_ranking_the_external_run_shares_has_tau_one_and_the_table_says_so():
@@ -121,16 +90,241 @@ def test_a_toy_ranking_the_external_run_shares_has_tau_one_and_the_table_says_so
     order = sorted(coordinate.values, key=lambda m: np.mean(coordinate.values[m]))
     external = external_run({m: [i / 10, i / 10 + 0.01] for i, m in enumerate(order)})
     names = [s.name for s in external_scores(external)]
+    # the one level is kept (no model within 0.01 of +1, some above chance), so both means are there
     assert names == ["repeat_first @ difficulty=1 accuracy", "repeat_first @ difficulty=1 return",
-                     "mean return over environments"]
-    table = validity_table([study], external, n_boot=200)
-    row = table[(table["toy"] == coordinate.name) & (table["external"] == names[1])].iloc[0]
-    assert row["tau"] == 1.0 and row["n_models"] == 7
-    text = validity_markdown(table, ["study_converge"], "ext", 200)
-    assert "|tau| >= 0.71" in text and f"| {coordinate.name} | +1.00" in text
-    assert "(200 resamples, seeded)" in text  # the count the table was made with, not the default
+                     MEAN_ALL, "mean return over kept levels"]
+    v = validity_table([study], external, n_boot=200)
+    row = v.table[(v.table["toy"] == coordinate.name) & (v.table["external"] == names[1])].iloc[0]
+    assert row["tau"] == 1.0 and row["rho"] == 1.0 and row["n_models"] == 7 and row["role"] == "exploratory"
+    assert row["tau_p"] == pytest.approx(2 / 5040)  # the observed ordering and its reverse, of 7!
+    text = validity_markdown(v, ["study_converge"], "ext", 200)
+    assert f"| {coordinate.name} | +1.00" in text and "|tau| >= 0.71" in text
+    assert "(200 resamples, seeded" in text  # the count the table was made with, not the default
 
 
 def test_a_run_without_returns_is_refused_as_external():
     with pytest.raises(UsageError, match="no closed-loop returns"):
         external_scores(load_run(ROOT / "docs/runs/study_converge"))
+
+
+# The permutation test, the model-resampling interval and Holm's correction against scipy.
+
+PERFECT = (np.arange(7.0), np.arange(7.0) * 3 + 1)
+RANDOM = (np.array([0.3, 0.9, 0.1, 0.5, 0.7, 0.2, 0.8]), np.array([0.4, 0.1, 0.6, 0.9, 0.3, 0.8, 0.2]))
+TIES = (np.array([1, 1, 2, 2, 3, 3, 4.0]), np.array([2, 1, 1, 3, 3, 5, 5.0]))
+
+
+def scipy_statistic(name):
+    from scipy.stats import kendalltau, spearmanr
+
+    return {"tau": lambda x, y: kendalltau(x, y).statistic, "rho": lambda x, y: spearmanr(x, y).statistic}[name]
+
+
+@pytest.mark.parametrize("x, y", [PERFECT, RANDOM, TIES], ids=["perfect", "random", "ties"])
+@pytest.mark.parametrize("name", ["tau", "rho"])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_the_exact_permutation_test_gives_scipys_p_value(x, y, name, alternative):
+    from scipy.stats import permutation_test
+
+    statistic = scipy_statistic(name)
+    want = permutation_test((y,), lambda yy: statistic(x, yy), permutation_type="pairings",
+                            alternative=alternative, n_resamples=10_000).pvalue  # 7! = 5040: every ordering
+    assert permutation_p(x, y, name, alternative) == pytest.approx(want, abs=1e-12)
+
+
+def test_the_statistics_are_scipys_on_the_synthetic_rankings():
+    for x, y in (PERFECT, RANDOM, TIES):
+        assert kendall_tau(x, y) == pytest.approx(scipy_statistic("tau")(x, y))
+        assert rho_rows(x, y)[0] == pytest.approx(scipy_statistic("rho")(x, y))
+
+
+def test_a_perfect_order_is_as_unlikely_as_its_orderings_say_and_kendalltaus_exact_test_agrees():
+    from scipy.stats import kendalltau
+
+    x, y = PERFECT
+    assert permutation_p(x, y, "tau", "greater") == pytest.approx(1 / 5040)
+    assert permutation_p(x, y) == pytest.approx(kendalltau(x, y, method="exact").pvalue)
+    x, y = RANDOM
+    assert permutation_p(x, y) == pytest.approx(kendalltau(x, y, method="exact").pvalue)
+
+
+def test_past_n_perm_orderings_the_test_is_monte_carlo_seeded_and_near_scipys():
+    from scipy.stats import permutation_test
+
+    rng = np.random.default_rng(3)
+    x = rng.random(12)
+    y = x + rng.normal(0, 0.4, 12)  # a relation of moderate strength: p neither 0 nor 1
+    want = permutation_test((y,), lambda yy: scipy_statistic("tau")(x, yy), permutation_type="pairings",
+                            n_resamples=20_000, rng=1).pvalue
+    got = permutation_p(x, y, "tau", n_perm=20_000, seed=0)
+    assert 0.001 < want < 0.5 and got == pytest.approx(want, abs=4 * math.sqrt(want / 20_000) + 1e-3)
+    assert permutation_p(x, y, "tau", n_perm=20_000, seed=0) == got  # seeded
+    assert permutation_p(x, y, "tau", n_perm=2_000, seed=0) >= 1 / 2001  # the observed counts as one
+
+
+@pytest.mark.parametrize("x, y", [PERFECT, RANDOM, TIES], ids=["perfect", "random", "ties"])
+@pytest.mark.parametrize("name", ["tau", "rho"])
+def test_the_model_resampling_interval_is_scipys_paired_percentile_bootstrap(x, y, name):
+    from scipy.stats import bootstrap
+
+    low, high, undefined = model_interval(x, y, name, n_boot=4000, seed=0)
+    statistic = scipy_statistic(name)
+
+    def defined(xx, yy):  # scipy keeps a resample with no statistic as nan; ours leaves it out
+        v = statistic(xx, yy)
+        return 2.0 if math.isnan(v) else v
+
+    ci = bootstrap((x, y), defined, paired=True, vectorized=False, method="percentile", n_resamples=4000,
+                   rng=np.random.default_rng(1)).confidence_interval
+    # A resample drawing one model for every slot has no statistic: rare with 7 models.
+    assert undefined <= 5 and ci.high <= 1.0
+    assert low == pytest.approx(ci.low, abs=0.12) and high == pytest.approx(ci.high, abs=0.12)
+    if x is PERFECT[0]:
+        assert (low, high) == (1.0, 1.0)  # every resample keeps the perfect order
+    else:
+        assert low < statistic(x, y) < high or name == "tau" and x is TIES[0]
+
+
+def test_the_interval_resamples_models_not_seeds_and_is_none_below_five_models():
+    x, y = RANDOM
+    low, high, _ = model_interval(x, y)
+    assert -1 <= low < 0 < high <= 1  # a random order's interval spans 0
+    assert model_interval(x, y) == (low, high, _)  # seeded
+    assert all(math.isnan(v) for v in model_interval(x[:4], y[:4])[:2])
+
+
+def test_holm_against_hand_computed_values_with_nan_left_alone():
+    got = holm([0.01, np.nan, 0.04, 0.03, 0.005])
+    # sorted 0.005, 0.01, 0.03, 0.04 of m = 4: x4, x3, x2 (0.06, kept from falling), x1 -> max so far
+    want = [0.03, np.nan, 0.06, 0.06, 0.02]
+    assert np.allclose(got, want, equal_nan=True)
+    assert holm([0.5, 0.9]).tolist() == [1.0, 1.0]
+
+
+# Values refused, runs that share no model, left-out cells.
+
+@pytest.mark.parametrize("column, value, said", [
+    ("normalised_return", math.nan, "is not finite"),
+    ("normalised_return", math.inf, "is not finite"),
+    ("accuracy", math.nan, "is not finite"),
+    ("normalised_return", "0.5", "is not a number"),
+    ("normalised_return", 1.2, "is outside [-1, 1]"),
+    ("normalised_return", -1.01, "is outside [-1, 1]"),
+])
+def test_a_return_or_accuracy_that_cannot_rank_is_refused_naming_its_cell(column, value, said):
+    external = external_run({m: [0.1 * i, 0.1 * i] for i, m in enumerate("abcdefg")})
+    external.table[column] = external.table[column].astype(object)
+    external.table.loc[3, column] = value
+    with pytest.raises(UsageError, match=rf"cell b1 \(popgym_repeat_first b @ difficulty=1 seed 1\) has {column} .*{re.escape(said)}"):
+        external_scores(external)
+
+
+def test_returns_past_one_by_float_error_are_kept():
+    external = external_run({"a": [1.0000000000000007, 0.5], "b": [0.2, 0.1]})
+    assert external_scores(external)[1].values["a"] == (1.0000000000000007, 0.5)
+
+
+def test_runs_that_share_no_model_are_refused_and_models_only_one_run_has_are_named_left_out():
+    study = load_run(ROOT / "docs/runs/study_converge")
+    with pytest.raises(UsageError, match="share no model"):
+        validity_table([study], external_run({"gru": [0.1, 0.2], "mlp": [0.3, 0.4]}))
+    v = validity_table([study], external_run({m: [0.1 * i] for i, m in enumerate(["base", "lstm", "ssm", "gru"])}),
+                       n_boot=50)
+    assert set(v.table["n_models"]) == {3}
+    left = [line for line in v.left_out if "gru" in line]
+    assert left == ["ext: 1 cell(s) of gru, a model the toy runs did not train: gru0"]
+    assert any(line.startswith("study_converge: 21 cell(s) of no_harm") for line in v.left_out)
+    assert any(line.startswith("study_converge: 9 cell(s) of delta, a model the external run did not train")
+               for line in v.left_out)
+
+
+# The hypothesis.
+
+HYPOTHESIS_TOML = """
+stated = {stated}
+revision = "abc1234"
+statistic = "kendall_tau_b"
+direction = "positive"
+alpha = 0.05
+[toy]
+task = "coordinate_binding"
+variant = "block_queries=True"
+level = "n_writes=10,noise=0.05"
+[external]
+score = "repeat_first @ difficulty=1 return"
+"""
+
+
+def stated(tmp_path, when="2026-01-02", **changes):
+    text = HYPOTHESIS_TOML.format(stated=when)
+    for key, value in changes.items():
+        text = text.replace(f'{key} = "', f'{key} = "{value}" # ').replace(f"{key} = 0.05", f"{key} = {value}")
+    path = tmp_path / "h.toml"
+    path.write_text(text)
+    return read_hypothesis(path)
+
+
+def ordered_external(study, first_started):
+    coordinate = toy_scores(study)[0]
+    order = sorted(coordinate.values, key=lambda m: np.mean(coordinate.values[m]))
+    manifest = {"started": "2026-03-01T00:00:00+00:00"} | ({"first_started": first_started} if first_started else {})
+    return external_run({m: [i / 10, i / 10 + 0.01] for i, m in enumerate(order)}, manifest)
+
+
+def test_the_stated_pair_is_confirmatory_first_only_when_stated_before_the_runs_first_cell(tmp_path):
+    study = load_run(ROOT / "docs/runs/study_converge")
+    hypothesis = stated(tmp_path)
+    v = validity_table([study], ordered_external(study, "2026-01-04T00:00:00+00:00"), hypothesis, n_boot=100)
+    first = v.table.iloc[0]
+    assert v.reasons == [] and first["role"] == "confirmatory" and (v.table["role"] == "confirmatory").sum() == 1
+    assert first["external"] == "repeat_first @ difficulty=1 return" and first["tau"] == 1.0
+    assert first["tau_p"] == pytest.approx(1 / 5040)  # one-sided, as stated
+    assert math.isnan(first["tau_p_holm"]) and len(v.table) == 3 * 4  # the others: 3 toy x 4 external - 1, + it
+    assert summary(v)[0].startswith("confirmatory (stated 2026-01-02 at abc1234): study_converge: coordinate_binding")
+    assert "supported" in summary(v)[0]
+
+    # a date alone is its day's last instant anywhere (2026-01-03T11:59Z), so a run begun on the next day
+    # in UTC may still be too early; a later statement, or a run that does not record its first start:
+    # every pair exploratory
+    for first_started, why in [("2026-01-03T10:00:00+00:00", "after run ext's first cell"),
+                               ("2025-12-30T00:00:00+00:00", "after run ext's first cell"),
+                               (None, "does not record when its first cell started")]:
+        v = validity_table([study], ordered_external(study, first_started), hypothesis, n_boot=100)
+        assert set(v.table["role"]) == {"exploratory"} and len(v.table) == 12 and why in v.reasons[-1]
+        assert summary(v)[0].startswith("no confirmatory pair") and "Every pair is exploratory." in summary(v)[0]
+    # a time with its offset is taken as stated
+    v = validity_table([study], ordered_external(study, "2026-01-02T10:00:00+00:00"),
+                       stated(tmp_path, "2026-01-02T09:00:00Z"), n_boot=100)
+    assert v.reasons == []
+
+
+def test_a_pair_the_runs_lack_or_no_hypothesis_makes_every_pair_exploratory_and_says_why(tmp_path):
+    study = load_run(ROOT / "docs/runs/study_converge")
+    external = ordered_external(study, "2026-01-04T00:00:00+00:00")
+    v = validity_table([study], external, stated(tmp_path, level="n_writes=50,noise=0.05"), n_boot=100)
+    assert set(v.table["role"]) == {"exploratory"} and "is not among these runs' scores" in v.reasons[0]
+    v = validity_table([study], external, None, n_boot=100)
+    assert set(v.table["role"]) == {"exploratory"} and v.reasons[0].startswith("none is stated")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("stated = 2026-01-02", "lacks 'toy'"),
+    (HYPOTHESIS_TOML.format(stated="2026-01-02T09:00:00"), "no offset"),
+    (HYPOTHESIS_TOML.format(stated='"yesterday"'), "'stated' must be a TOML date"),
+    (HYPOTHESIS_TOML.format(stated="2026-01-02").replace("positive", "up"), "'direction' one of"),
+    (HYPOTHESIS_TOML.format(stated="2026-01-02").replace("0.05", "5"), "'alpha' must be"),
+    ("stated = [", "is not TOML"),
+])
+def test_a_hypothesis_that_does_not_state_its_pair_in_full_is_one_usage_error(tmp_path, text, said):
+    (tmp_path / "h.toml").write_text(text)
+    with pytest.raises(UsageError, match=re.escape(said)):
+        read_hypothesis(tmp_path / "h.toml")
+    assert read_hypothesis(tmp_path / "absent.toml") is None
+
+
+def test_the_committed_hypothesis_is_read_and_names_a_pair_the_committed_runs_do_not_have():
+    h = read_hypothesis(ROOT / "docs/external-validity-hypothesis.toml")
+    assert (h.stated_text, h.revision, h.statistic, h.direction, h.alpha) == ("2026-12-04", "69b8ba8", "tau", "positive", 0.05)
+    assert h.toy == ("coordinate_binding", "standard", "n_writes=50,noise=0.05")
+    assert h.external == "mean return over kept levels"
+    assert "69b8ba8" in (ROOT / "docs/external-validity.md").read_text()  # the prose states the same revision

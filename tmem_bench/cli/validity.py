@@ -7,35 +7,39 @@ from pathlib import Path
 
 from ..errors import UsageError, check_int
 
-# Each resample ranks every model again for each of ~100 pairs of scores, in Python: past this the
-# command runs for hours, and the intervals have long stopped moving.
+# Each resample ranks every model again for each of ~100 pairs of scores: past this the resamples of
+# one pair fill gigabytes, and the intervals have long stopped moving.
 MAX_RESAMPLES = 100_000
 
 
 def add_validity_parser(sub, debug) -> None:
     validity = sub.add_parser(
         "validity", parents=[debug],
-        help="Kendall's tau between toy diagnostic scores and external scores, with seed-bootstrap intervals")
+        help="Kendall's tau and Spearman's rho between toy diagnostic scores and external scores, with "
+             "model-resampling intervals and permutation tests; the pair a hypothesis stated first")
     validity.add_argument("runs", nargs="+", metavar="RUN",
                           help="one or more toy runs (e.g. docs/runs/study_converge docs/runs/capacity_converge), "
                                "then the external run (of the external profile), last")
     validity.add_argument("--out", metavar="DIR", help="where validity.md, .csv and .png go (default EXTERNAL_RUN/validity)")
-    validity.add_argument("--resamples", default="2000", metavar="N", help="bootstrap resamples (default 2000)")
+    validity.add_argument("--resamples", default="10000", metavar="N", help="bootstrap resamples of the models (default 10000)")
+    validity.add_argument("--hypothesis", metavar="FILE",
+                          help="the TOML statement of the confirmatory pair (default docs/external-validity-hypothesis.toml "
+                               "of this checkout); where there is none every pair is exploratory")
 
 
 def cmd_validity(args) -> int:
-    from ..report.validity import tau_text, write_validity
+    from ..report.validity import HYPOTHESIS, summary, write_validity
 
     if len(args.runs) < 2:
         raise UsageError("validity needs at least one toy run and the external run: tmem-bench validity TOY_RUN... EXTERNAL_RUN")
     *toys, external = args.runs
     resamples = check_int("--resamples", args.resamples, maximum=MAX_RESAMPLES)
+    if args.hypothesis and not Path(args.hypothesis).is_file():
+        raise UsageError(f"--hypothesis {args.hypothesis} is not a file; give the TOML statement of the confirmatory pair")
     out = Path(args.out) if args.out else Path(external) / "validity"
     writable_folder(out)  # before minutes of resampling, not after
-    table = write_validity(toys, external, out, resamples)
-    width = max(len(t) for t in table["toy"])
-    for _, row in table.iterrows():
-        print(f"{row['toy']:<{width}}  {row['external']:<40}  tau {tau_text(row)}  ({row['n_models']} models)")
+    validity = write_validity(toys, external, out, resamples, Path(args.hypothesis) if args.hypothesis else HYPOTHESIS)
+    print("\n".join(summary(validity)))
     print(f"written: {out}/validity.md, validity.csv, validity.png")
     return 0
 

@@ -237,7 +237,11 @@ class RunDir:
                              "use another --out, or --append to add this plan's cells to it")
         kept = [{"id": k, "describe": v, **({"after_selection": True} if k in chosen else {})}
                 for k, v in planned.items() if k not in ours]
-        self._manifest = {**manifest, "cells": kept + [{"id": k, "describe": v} for k, v in ours.items()]}
+        # A resume rewrites "started"; the first start stays, since what must precede a run's first cell
+        # (a hypothesis, report/validity.py) is judged by it. A manifest written before it was kept has none.
+        first = manifest.get("started") if earlier is None else earlier.get("first_started")
+        self._manifest = {**manifest, **({"first_started": first} if first else {}),
+                          "cells": kept + [{"id": k, "describe": v} for k, v in ours.items()]}
         write_json(self.manifest_path, self._manifest)
 
     def add_after_selection(self, cells) -> None:

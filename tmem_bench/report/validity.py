@@ -1,16 +1,22 @@
 """External validity: does the toy suite's ranking of memories predict their ranking elsewhere?
 
-For each toy diagnostic score and each external score, Kendall's tau between the two rankings of
-the models both runs trained, with a percentile bootstrap interval from resampling each model's
-seeds (`tmem-bench validity TOY_RUN... EXTERNAL_RUN`).
+For each toy diagnostic score and each external score: Kendall's tau-b and Spearman's rho between
+the two rankings of the models both runs trained (each model's mean over its seeds), each with a 95%
+percentile interval from resampling the MODELS and a permutation test (`tmem-bench validity TOY_RUN...
+EXTERNAL_RUN`). The models, not the seeds, are resampled: the question is whether the relation holds
+for memories beyond these, and a seed's noise already sits inside each model's mean.
+
+The pair a hypothesis stated before the external run's first cell names (`read_hypothesis`, issue 59)
+is tested as stated, first; every other pair is exploratory, its p-values Holm-corrected over all of
+them. A hypothesis stated later, or naming a pair these runs lack, makes every pair exploratory.
 
 A score is one number per model and seed:
-- toy: accuracy at the level a model was trained at, in every memory-forcing variant of a toy run
-  (coordinate binding, occlusion, map building in the study; coordinate binding at each W, trained
-  at each, in the capacity run), one score per task and training level;
+- toy: accuracy at the level a model was trained at, in every variant of a task that has a
+  memory-forcing variant (the memory-forcing ones, and the standard one where attention may see the
+  evidence), one score per task, variant and training level;
 - external: at each environment and difficulty a model was trained at, oracle-action accuracy and
-  the normalised return it earned acting in the environment; and the mean normalised return over
-  the environments, per seed.
+  the normalised return it earned acting in the environment; and the mean normalised return over the
+  levels, all of them and those kept (`kept_levels`, the hypothesis's), per seed.
 Rows come from the runs' own reports' loading (`report.data.load_run`), so only the cells at the
 learning rate each search chose count.
 """
@@ -18,93 +24,199 @@ from __future__ import annotations
 
 import itertools
 import math
+import tomllib
 from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
 from ..errors import UsageError
-from ..registry import variant_forces_memory
+from ..registry import TASKS, variant_forces_memory
 from .data import RunData, load_run, natural_key
-from .stats import BOOT_SEED, CI_LEVEL
+from .stats import BOOT_SEED, BOOTSTRAP_FROM, CI_LEVEL, N_BOOT
 
-# Fewer resamples than the reports' intervals (stats.N_BOOT): each one ranks every model again for
-# each pair of scores; the committed table (docs/runs/external/validity) was made with this many.
-N_BOOT = 2000
+N_PERM = 10_000  # the hypothesis's permutations; every ordering instead where n! is no more (n <= 7)
+ALPHA = 0.05
+# A level is kept for the mean return when no model's mean return is within this of the oracle's +1
+# (the hypothesis's rule: a level every model has solved ranks nothing).
+CEILING_MARGIN = 0.01
+# POPGym's returns lie in [-1, 1]; closed-loop means carry float error past it (1.0000000000000007).
+RETURN_SLACK = 1e-9
+MEAN_ALL, MEAN_KEPT = "mean return over environments", "mean return over kept levels"
+HYPOTHESIS = Path(__file__).resolve().parents[2] / "docs" / "external-validity-hypothesis.toml"
+STATISTICS = {"kendall_tau_b": "tau", "spearman_rho": "rho"}
+DIRECTIONS = {"positive": "greater", "negative": "less"}
 
 
 @dataclass(frozen=True)
 class Score:
-    """One measure of every model: `values[label]` has one number per seed."""
+    """One measure of every model: `values[label]` has one number per seed; `key` what a hypothesis
+    names it by: (task, variant, train_level) for a toy score, its name for an external one."""
     name: str
     kind: str  # "toy" or "external"
     values: dict[str, tuple[float, ...]]
+    key: tuple = ()
 
     def means(self, labels) -> np.ndarray:
         return np.array([np.mean(self.values[label]) for label in labels])
 
 
+# The statistics, one row of X against the same row of Y, so that permutations and resamples are one call.
+
+def _pairs(n: int):
+    return np.triu_indices(n, k=1)
+
+
+def tau_rows(x, y) -> np.ndarray:
+    """Kendall's tau-b of each row of `x` with the same row of `y`: (concordant - discordant pairs)
+    over the geometric mean of the pairs untied in x and in y; nan where either has no untied pair.
+    scipy.stats.kendalltau gives the same (tested), one pair of sequences a call."""
+    x, y = np.atleast_2d(np.asarray(x, dtype=float)), np.atleast_2d(np.asarray(y, dtype=float))
+    i, j = _pairs(x.shape[1])
+    sx, sy = np.sign(x[:, i] - x[:, j]), np.sign(y[:, i] - y[:, j])
+    denominator = np.sqrt(np.count_nonzero(sx, axis=1) * np.count_nonzero(sy, axis=1).astype(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, (sx * sy).sum(axis=1) / denominator, np.nan)
+
+
+def rho_rows(x, y) -> np.ndarray:
+    """Spearman's rho of each row pair: the correlation of their ranks (ties at their mean rank);
+    nan where either row is constant."""
+    rx = rankdata(np.atleast_2d(x), axis=1)
+    ry = rankdata(np.atleast_2d(y), axis=1)
+    rx, ry = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
+    denominator = np.sqrt((rx * rx).sum(axis=1) * (ry * ry).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, (rx * ry).sum(axis=1) / denominator, np.nan)
+
+
+STATISTIC_ROWS = {"tau": tau_rows, "rho": rho_rows}
+
+
 def kendall_tau(x, y) -> float:
-    """Kendall's tau-b of two equally long sequences: (concordant - discordant pairs) over the
-    geometric mean of the pairs not tied in x and not tied in y; nan where either has no untied pair.
-    scipy.stats.kendalltau gives the same (tested) but checks its input on every call, several times
-    slower over critical_tau's n! orderings and the bootstrap's resamples, so this one is vectorised here."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"kendall_tau needs two 1-D sequences of one length, got {x.shape} and {y.shape}")
-    i, j = np.triu_indices(len(x), k=1)
-    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-    untied_x, untied_y = np.count_nonzero(sx), np.count_nonzero(sy)
-    if untied_x == 0 or untied_y == 0:
+    return float(tau_rows(x, y)[0])
+
+
+def _orderings(n: int, n_perm: int, seed: int) -> tuple[np.ndarray, bool]:
+    """Every ordering of n models where n! <= n_perm (exact), else n_perm random ones (seeded), as
+    scipy.stats.permutation_test chooses."""
+    if math.factorial(n) <= n_perm:
+        return np.array(list(itertools.permutations(range(n)))), True
+    return np.argsort(np.random.default_rng(seed).random((n_perm, n)), axis=1), False
+
+
+def permutation_p(x, y, statistic: str = "tau", alternative: str = "two-sided",
+                  n_perm: int = N_PERM, seed: int = BOOT_SEED) -> float:
+    """The permutation test's p-value of `statistic` ("tau" or "rho") between x and y, y's model
+    labels permuted: exact over every ordering where n! <= n_perm, else Monte Carlo counting the
+    observed ordering as one of n_perm + 1. Two-sided is twice the smaller one-sided p (at most 1),
+    and values within rounding of the observed one count as reaching it, both as scipy's
+    permutation_test does. nan where the statistic is."""
+    rows = STATISTIC_ROWS[statistic]
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    observed = rows(x, y)[0]
+    if math.isnan(observed):
         return math.nan
-    return float((sx * sy).sum() / math.sqrt(untied_x * untied_y))
+    orderings, exact = _orderings(len(x), n_perm, seed)
+    null = rows(np.broadcast_to(x, orderings.shape), y[orderings])
+    gamma = abs(observed) * 100 * np.finfo(float).eps
+    extra = 0 if exact else 1
+    greater = (np.count_nonzero(null >= observed - gamma) + extra) / (len(null) + extra)
+    less = (np.count_nonzero(null <= observed + gamma) + extra) / (len(null) + extra)
+    return float({"greater": greater, "less": less, "two-sided": min(1.0, 2 * min(greater, less))}[alternative])
 
 
-def critical_tau(n: int, alpha: float = 0.05) -> float:
+def model_interval(x, y, statistic: str = "tau", n_boot: int = N_BOOT, seed: int = BOOT_SEED,
+                   level: float = CI_LEVEL) -> tuple[float, float, int]:
+    """(low, high, undefined): the percentile bootstrap interval of `statistic` from drawing the
+    models (the pairs x[k], y[k]) with replacement. A resample in which either side ties every model
+    has no statistic: it is left out and counted. No interval (nan) below BOOTSTRAP_FROM models, where
+    docs/protocol.md refuses a percentile bootstrap: a handful of values resample to a few rankings."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < BOOTSTRAP_FROM:
+        return math.nan, math.nan, 0
+    draws = np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))
+    values = STATISTIC_ROWS[statistic](x[draws], y[draws])
+    defined = values[~np.isnan(values)]
+    if not len(defined):
+        return math.nan, math.nan, n_boot
+    low, high = np.percentile(defined, [50 * (1 - level), 50 * (1 + level)])
+    return float(low), float(high), int(n_boot - len(defined))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values over the defined ones (nan stays nan): the k-th smallest
+    times (m - k + 1), never below an earlier one, at most 1."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    defined = np.flatnonzero(~np.isnan(p))
+    order = defined[np.argsort(p[defined], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return out
+
+
+def critical_tau(n: int, alpha: float = ALPHA) -> float:
     """The smallest |tau| that a two-sided exact permutation test at level `alpha` tells from no
     relation, for n untied models (every ordering of n enumerated; n <= 9)."""
     if not 2 <= n <= 9:
         raise ValueError(f"critical_tau enumerates n! orderings, for 2 <= n <= 9; got {n}")
-    taus = np.round([kendall_tau(range(n), p) for p in itertools.permutations(range(n))], 12)
-    for t in sorted(set(np.abs(taus))):
-        if np.mean(np.abs(taus) >= t) <= alpha:
+    orderings, _ = _orderings(n, math.factorial(n), 0)
+    taus = np.abs(np.round(tau_rows(np.broadcast_to(np.arange(n), orderings.shape), orderings), 12))
+    for t in sorted(set(taus)):
+        if np.mean(taus >= t) <= alpha:
             return float(t)
     return math.nan
 
 
-def tau_interval(a: Score, b: Score, n_boot: int = N_BOOT, seed: int = BOOT_SEED,
-                 level: float = CI_LEVEL) -> dict:
-    """tau between two scores' rankings of the models they share (from each model's mean over its
-    seeds), and its percentile bootstrap interval: each resample draws every model's seeds with
-    replacement, in each score on its own. A resample with no untied pair is left out of the
-    interval and counted."""
+def pair_stats(a: Score, b: Score, alternative: str = "two-sided", n_boot: int = N_BOOT,
+               n_perm: int = N_PERM, seed: int = BOOT_SEED) -> dict:
+    """tau and rho between two scores' rankings of the models they share, each with its
+    model-resampling interval and permutation p-value."""
     labels = sorted(set(a.values) & set(b.values))
-    out = {"toy": a.name, "external": b.name, "models": labels, "n_models": len(labels),
-           "tau": math.nan, "low": math.nan, "high": math.nan, "undefined_resamples": 0}
-    if len(labels) < 2:
-        return out
-    out["tau"] = kendall_tau(a.means(labels), b.means(labels))
-    rng = np.random.default_rng(seed)
-
-    def resampled(score: Score) -> np.ndarray:  # (n_boot, n_models)
-        columns = []
-        for label in labels:
-            v = np.asarray(score.values[label], dtype=float)
-            columns.append(v[rng.integers(0, len(v), (n_boot, len(v)))].mean(axis=1))
-        return np.stack(columns, axis=1)
-
-    xa, xb = resampled(a), resampled(b)
-    taus = np.array([kendall_tau(p, q) for p, q in zip(xa, xb)])
-    defined = taus[~np.isnan(taus)]
-    out["undefined_resamples"] = int(n_boot - len(defined))
-    if len(defined):
-        out["low"], out["high"] = (float(v) for v in np.percentile(defined, [50 * (1 - level), 50 * (1 + level)]))
+    out = {"toy": a.name, "external": b.name, "models": labels, "n_models": len(labels)}
+    x, y = (a.means(labels), b.means(labels)) if len(labels) >= 2 else (np.zeros(0), np.zeros(0))
+    for name, rows in STATISTIC_ROWS.items():
+        value = float(rows(x, y)[0]) if len(labels) >= 2 else math.nan
+        low, high, undefined = model_interval(x, y, name, n_boot, seed) if not math.isnan(value) else (math.nan,) * 2 + (0,)
+        p = permutation_p(x, y, name, alternative, n_perm, seed) if not math.isnan(value) else math.nan
+        out |= {name: value, f"{name}_low": low, f"{name}_high": high, f"{name}_p": p}
+        out.setdefault("undefined_resamples", undefined)
     return out
 
 
+# The scores, from the runs' tables.
+
+def _has_forcing_variant(task: str) -> bool:
+    try:
+        return bool(TASKS.get(task).memory_forcing)
+    except UsageError:  # a task not installed here: read as standard, as variant_forces_memory does
+        return False
+
+
+def _check_numbers(rows: pd.DataFrame, column: str, data: RunData, bounds: tuple[float, float]) -> None:
+    """A UsageError naming the first cell whose `column` is not a finite number within `bounds`: a
+    nan, an infinity or a string would rank silently (or not at all) and change every tau."""
+    low, high = bounds
+    for _, r in rows.iterrows():
+        v = r[column]
+        number = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+        if number and math.isfinite(v) and low - RETURN_SLACK <= v <= high + RETURN_SLACK:
+            continue
+        why = ("is not a number" if not number else "is not finite" if not math.isfinite(v)
+               else f"is outside [{low:g}, {high:g}]")
+        raise UsageError(f"run {data.run_dir}: cell {r['cell_id']} ({r['task']} {r['label']} @ {r['train_level']} "
+                         f"seed {r['seed']}) has {column} {v!r}, which {why}; validity ranks only finite scores "
+                         "in range, so mend or rerun that cell")
+
+
 def _by_seed(rows: pd.DataFrame, column: str) -> dict[str, tuple[float, ...]]:
-    rows = rows.dropna(subset=[column])
     return {label: tuple(float(v) for v in g.sort_values("seed")[column]) for label, g in rows.groupby("label")}
 
 
@@ -116,83 +228,316 @@ def _trained(data: RunData) -> pd.DataFrame:
 
 
 def toy_scores(data: RunData) -> list[Score]:
-    """Accuracy at the trained level in each memory-forcing variant, per task and training level."""
+    """Accuracy at the trained level in each variant of a task with a memory-forcing variant, per
+    task, variant and training level; the standard variant is named so."""
     scores = []
     run = Path(data.run_dir).name
-    groups = _trained(data).groupby(["task", "variant", "train_level"])
-    for (task, variant, train_level), rows in sorted(groups, key=lambda g: (g[0][0], g[0][1], natural_key(g[0][2]))):
-        options = data.task_options.get((task, variant), {})
-        if not variant_forces_memory(task, variant, options):
-            continue
-        scores.append(Score(f"{run}: {task} @ {train_level}", "toy", _by_seed(rows, "accuracy")))
+    rows = _trained(data)
+    rows = rows[[_has_forcing_variant(t) for t in rows["task"]]]
+    _check_numbers(rows, "accuracy", data, (0.0, 1.0))
+    groups = rows.groupby(["task", "variant", "train_level"])
+    for (task, variant, train_level), group in sorted(groups, key=lambda g: (g[0][0], g[0][1], natural_key(g[0][2]))):
+        forcing = variant_forces_memory(task, variant, data.task_options.get((task, variant), {}))
+        name = f"{run}: {task}{'' if forcing else ' (' + variant + ')'} @ {train_level}"
+        scores.append(Score(name, "toy", _by_seed(group, "accuracy"), (task, variant, train_level)))
     return scores
+
+
+def kept_levels(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (task, train_level)s the mean return averages, by the hypothesis's rule, fixed before the
+    scores were read: no model's mean return within CEILING_MARGIN of the oracle's +1, and some
+    model's mean accuracy above chance (the best constant answer's; its return is not recorded)."""
+    kept = []
+    for (task, level), group in rows.groupby(["task", "train_level"], sort=True):
+        by_model = group.groupby("label")
+        if (by_model["normalised_return"].mean().max() < 1 - CEILING_MARGIN
+                and (by_model["accuracy"].mean() > group["chance"].astype(float).max()).any()):
+            kept.append((task, level))
+    return kept
 
 
 def external_scores(data: RunData) -> list[Score]:
     """Accuracy and normalised return at each environment and trained difficulty, and the mean
-    normalised return over the environments (per seed, over those a model has at that seed)."""
+    normalised return over all of them and over the kept levels (per seed, over those a model has
+    at that seed)."""
     rows = _trained(data)
     if "normalised_return" not in rows or rows["normalised_return"].isna().all():
         raise UsageError(f"run {data.run_dir} has no closed-loop returns; give a run of the external profile "
                          "(tmem-bench run all --profile external) as EXTERNAL_RUN")
-    rows = rows.dropna(subset=["normalised_return"])
+    _check_numbers(rows, "accuracy", data, (0.0, 1.0))
+    _check_numbers(rows, "normalised_return", data, (-1.0, 1.0))
+    rows = rows.astype({"accuracy": float, "normalised_return": float})
     scores = []
     for (task, train_level), group in rows.groupby(["task", "train_level"], sort=True):
         where = f"{task.removeprefix('popgym_')} @ {train_level}"
-        scores.append(Score(f"{where} accuracy", "external", _by_seed(group, "accuracy")))
-        scores.append(Score(f"{where} return", "external", _by_seed(group, "normalised_return")))
-    mean = rows.groupby(["label", "seed"])["normalised_return"].mean().reset_index()
-    scores.append(Score("mean return over environments", "external", _by_seed(mean, "normalised_return")))
+        scores.append(Score(f"{where} accuracy", "external", _by_seed(group, "accuracy"), (f"{where} accuracy",)))
+        scores.append(Score(f"{where} return", "external", _by_seed(group, "normalised_return"), (f"{where} return",)))
+    kept = set(kept_levels(rows))
+    for name, levels in ((MEAN_ALL, rows), (MEAN_KEPT, rows[[(t, lv) in kept for t, lv in zip(rows["task"], rows["train_level"])]])):
+        if len(levels):
+            mean = levels.groupby(["label", "seed"])["normalised_return"].mean().reset_index()
+            scores.append(Score(name, "external", _by_seed(mean, "normalised_return"), (name,)))
     return scores
 
 
-def validity_table(toy_runs: list[RunData], external: RunData, n_boot: int = N_BOOT) -> pd.DataFrame:
-    """One row per (toy score, external score): tau, its interval and the models it ranks."""
+# The hypothesis, stated before the run (docs/external-validity.md).
+
+@dataclass(frozen=True)
+class Hypothesis:
+    path: Path
+    stated: datetime  # the latest instant the statement can have been made
+    stated_text: str
+    revision: str
+    toy: tuple[str, str, str]  # task, variant, train_level
+    external: str
+    direction: str
+    statistic: str  # "tau" or "rho"
+    alpha: float
+
+
+def read_hypothesis(path: Path) -> Hypothesis | None:
+    """The confirmatory pair a TOML file states; None where there is no such file. A file that
+    does not state it in full is a UsageError naming what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        doc = tomllib.loads(path.read_text())
+        stated, toy, external = doc["stated"], doc["toy"], doc["external"]
+        if isinstance(stated, datetime):
+            if stated.tzinfo is None:
+                raise ValueError("'stated' is a time with no offset; give one (2026-12-04T09:00:00Z) or a date")
+            latest = stated
+        elif isinstance(stated, date):
+            # A date alone: its last instant anywhere on Earth (UTC-12), so the stated day never
+            # counts as earlier than it can have been.
+            latest = datetime.combine(stated, time.max, timezone(timedelta(hours=-12)))
+        else:
+            raise ValueError(f"'stated' must be a TOML date or offset date-time, got {stated!r}")
+        if doc["statistic"] not in STATISTICS or doc["direction"] not in DIRECTIONS:
+            raise ValueError(f"'statistic' must be one of {sorted(STATISTICS)} and 'direction' one of "
+                             f"{sorted(DIRECTIONS)}; got {doc['statistic']!r}, {doc['direction']!r}")
+        alpha = doc["alpha"]
+        if isinstance(alpha, bool) or not isinstance(alpha, float | int) or not 0 < alpha < 1:
+            raise ValueError(f"'alpha' must be a number between 0 and 1, got {alpha!r}")
+        return Hypothesis(path, latest, str(stated), str(doc["revision"]),
+                          (str(toy["task"]), str(toy["variant"]), str(toy["level"])), str(external["score"]),
+                          doc["direction"], STATISTICS[doc["statistic"]], float(alpha))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"hypothesis {path} is not TOML ({e})") from None
+    except KeyError as e:
+        raise UsageError(f"hypothesis {path} lacks {e.args[0]!r}: it must state stated, revision, statistic, "
+                         "direction, alpha, toy.task, toy.variant, toy.level and external.score") from None
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"hypothesis {path}: {e}") from None
+
+
+def first_cell_time(data: RunData) -> datetime | None:
+    """When the run's first cell can have started at the earliest: its manifest's first start
+    (rundir.begin keeps it across resumes); None where the manifest does not record it (runs begun
+    before issue 59 record only their latest start, which a resume moves past the first cell)."""
+    value = (data.manifest or {}).get("first_started")
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
+
+
+def exploratory_reasons(hypothesis: Hypothesis | None, external: RunData, found: bool) -> list[str]:
+    """Why the hypothesis's pair cannot be confirmatory here (none: it is)."""
+    if hypothesis is None:
+        return [f"none is stated (no file at {_shown(HYPOTHESIS)})"]
+    reasons = [] if found else [f"its pair ({' '.join(hypothesis.toy)} with {hypothesis.external}) is not among "
+                                "these runs' scores"]
+    first = first_cell_time(external)
+    if first is None:
+        latest = (external.manifest or {}).get("started")
+        reasons.append(f"run {external.run_dir} does not record when its first cell started"
+                       + (f" (it was last started {latest}, before the statement)" if isinstance(latest, str)
+                          and _before(latest, hypothesis.stated) else ""))
+    elif not hypothesis.stated < first:
+        reasons.append(f"it was stated ({hypothesis.stated_text}) after run {external.run_dir}'s first cell "
+                       f"(started {first.isoformat()})")
+    return reasons
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working folder where it lies under it (the committed tables name no home folder)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _before(text: str, moment: datetime) -> bool:
+    try:
+        other = datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return other.tzinfo is not None and other < moment
+
+
+# The table and what is said about it.
+
+@dataclass
+class Validity:
+    table: pd.DataFrame  # one row per (toy score, external score); the confirmatory pair first, if any
+    hypothesis: Hypothesis | None
+    reasons: list[str]  # why no pair is confirmatory (empty: one is)
+    left_out: list[str]  # every cell no score counts, and why
+    alpha: float
+
+
+def _left_out(data: RunData, shared: set[str], toy: bool) -> list[str]:
+    run = Path(data.run_dir).name
+    lines = [f"{run}: {p}" for p in data.problems]
+    table = data.table
+    if table.empty:
+        return lines
+    cells = table.drop_duplicates("cell_id")
+
+    def named(rows, why):
+        if len(rows):
+            lines.append(f"{run}: {len(rows)} cell(s) {why}: {', '.join(sorted(rows['cell_id']))}")
+
+    for status, rows in cells[cells["status"] != "finished"].groupby("status"):
+        named(rows, f"{status}, not finished")
+    counted = cells[cells["status"] == "finished"]
+    if toy:
+        no_diagnosis = counted[[not _has_forcing_variant(t) for t in counted["task"]]]
+        for task, rows in no_diagnosis.groupby("task"):
+            named(rows, f"of {task}, a task with no memory-forcing variant (no memory diagnosis)")
+        counted = counted[[_has_forcing_variant(t) for t in counted["task"]]]
+    for label, rows in counted[~counted["label"].isin(shared)].groupby("label"):
+        named(rows, f"of {label}, a model the {'external run' if toy else 'toy runs'} did not train")
+    return lines
+
+
+def validity_table(toy_runs: list[RunData], external: RunData, hypothesis: Hypothesis | None = None,
+                   n_boot: int = N_BOOT) -> Validity:
+    """Every (toy score, external score) pair's statistics; the hypothesis's pair tested as stated
+    where it was stated before the external run's first cell, every other pair exploratory."""
+    externals = external_scores(external)
+    external_models = set(_trained(external)["label"])
+    toy_models = set()
+    for data in toy_runs:
+        models = set(_trained(data)["label"])
+        if not models & external_models:
+            raise UsageError(f"runs {data.run_dir} and {external.run_dir} share no model ({', '.join(sorted(models))} "
+                             f"against {', '.join(sorted(external_models))}); validity ranks the models both trained")
+        toy_models |= models
     toys = [s for data in toy_runs for s in toy_scores(data)]
     if not toys:
-        raise UsageError("the toy runs have no memory-forcing variant; give runs such as docs/runs/study_converge "
-                         "and docs/runs/capacity_converge as TOY_RUN")
-    rows = [tau_interval(t, e, n_boot) for t in toys for e in external_scores(external)]
+        raise UsageError("the toy runs have no memory diagnosis (a task with a memory-forcing variant); give runs "
+                         "such as docs/runs/study_converge and docs/runs/capacity_converge as TOY_RUN")
+    stated = None
+    if hypothesis is not None:
+        stated = next(((t, e) for t in toys if t.key == hypothesis.toy
+                       for e in externals if e.key == (hypothesis.external,)), None)
+    reasons = exploratory_reasons(hypothesis, external, stated is not None)
+    rows = []
+    if not reasons:
+        rows.append(pair_stats(*stated, DIRECTIONS[hypothesis.direction], n_boot) | {"role": "confirmatory"})
+    rows += [pair_stats(t, e, n_boot=n_boot) | {"role": "exploratory"} for t in toys for e in externals
+             if reasons or (t, e) != stated]
     table = pd.DataFrame(rows)
     table["models"] = [" ".join(m) for m in table["models"]]
-    return table
+    exploratory = table["role"] == "exploratory"
+    for name in STATISTIC_ROWS:
+        table[f"{name}_p_holm"] = np.nan
+        table.loc[exploratory, f"{name}_p_holm"] = holm(table.loc[exploratory, f"{name}_p"])
+    columns = ["role", "toy", "external", "n_models", "tau", "tau_low", "tau_high", "tau_p", "tau_p_holm",
+               "rho", "rho_low", "rho_high", "rho_p", "rho_p_holm", "undefined_resamples", "models"]
+    left_out = [line for data in toy_runs for line in _left_out(data, external_models, toy=True)]
+    left_out += _left_out(external, toy_models, toy=False)
+    return Validity(table[columns], hypothesis, reasons, left_out, hypothesis.alpha if hypothesis else ALPHA)
 
 
-def tau_text(row) -> str:
-    if math.isnan(row["tau"]):
+def _num(v: float, fmt: str = "+.2f") -> str:
+    return "-" if math.isnan(v) else format(v, fmt)
+
+
+def stat_text(row, name: str = "tau") -> str:
+    """'+0.43 [+0.05, +0.71]', without an interval where there is none, '-' where the statistic is undefined."""
+    if math.isnan(row[name]):
         return "-"
-    interval = "" if math.isnan(row["low"]) else f" [{row['low']:+.2f}, {row['high']:+.2f}]"
-    return f"{row['tau']:+.2f}{interval}"
+    low, high = row[f"{name}_low"], row[f"{name}_high"]
+    return f"{row[name]:+.2f}" + ("" if math.isnan(low) else f" [{low:+.2f}, {high:+.2f}]")
 
 
-def _critical_note(table: pd.DataFrame) -> str:
-    n = int(table["n_models"].max()) if len(table) else 0
-    if not 2 <= n <= 9:
-        return ""
-    t = critical_tau(n)
-    if math.isnan(t):
-        return f" With {n} models no tau is told from 0 at the 5% level by an exact permutation test."
-    return (f" With {n} models an exact permutation test tells a tau from 0 at the 5% level only where "
-            f"|tau| >= {t:.2f}; the intervals also carry the seeds' noise.")
+def blank_externals(table: pd.DataFrame) -> list[str]:
+    """The external scores with no tau against any toy score: every model scores alike there."""
+    return [e for e, g in table.groupby("external", sort=False) if g["tau"].isna().all()]
 
 
-def validity_markdown(table: pd.DataFrame, toy_dirs: list[str], external_dir: str, n_boot: int) -> str:
-    """The table as markdown (made with `n_boot` resamples): a row per toy score, a column per external score."""
+def summary(v: Validity) -> list[str]:
+    """What `tmem-bench validity` prints: the stated pair, the strongest relation, how many pairs a
+    Holm-corrected test tells from none, what '-' and a blank column mean, and the left-out cells."""
+    t = v.table
+    n = int(t["n_models"].max()) if len(t) else 0
+    exploratory = t[t["role"] == "exploratory"]
+    lines = []
+    h = v.hypothesis
+    if not v.reasons:
+        row = t.iloc[0]
+        stat = h.statistic
+        verdict = "supported" if row[f"{stat}_p"] <= h.alpha else "not supported"
+        lines.append(f"confirmatory (stated {h.stated_text} at {h.revision}): {row['toy']} vs {row['external']}: "
+                     f"{stat} {stat_text(row, stat)}, one-sided p = {row[f'{stat}_p']:.3g} ({h.direction}, alpha "
+                     f"{h.alpha:g}), {row['n_models']} models: {verdict}")
+    else:
+        what = f"the hypothesis in {_shown(h.path)}" if h else "no hypothesis"
+        lines.append(f"no confirmatory pair: {what}: {'; '.join(v.reasons)}. Every pair is exploratory.")
+    defined = exploratory.dropna(subset=["tau"])
+    if len(defined):
+        best = defined.assign(size=defined["tau"].abs()).sort_values(["size", "tau_p"], ascending=[False, True]).iloc[0]
+        lines.append(f"strongest relation (exploratory): {best['toy']} vs {best['external']}: tau {stat_text(best)}, "
+                     f"rho {stat_text(best, 'rho')}, p = {best['tau_p']:.3g}, Holm p = {best['tau_p_holm']:.3g}")
+    significant = int((defined["tau_p_holm"] <= v.alpha).sum())
+    critical = ""
+    if 2 <= n <= 9:
+        c = critical_tau(n, v.alpha)
+        critical = (f"; with {n} models even one test needs |tau| >= {c:.2f}" if not math.isnan(c)
+                    else f"; with {n} models no tau can reach it")
+    lines.append(f"{significant} of {len(defined)} exploratory pairs reach p <= {v.alpha:g} after Holm's correction "
+                 f"(permutation test of tau, {n} models{critical})")
+    blank = blank_externals(t)
+    lines.append("'-': no tau, as one score ranks every model alike"
+                 + (f"; blank heatmap columns: {', '.join(blank)} (every model scores the same there)" if blank else "")
+                 + "; a percentile interval can miss its point where resampled models tie")
+    lines += [f"left out: {line}" for line in v.left_out]
+    return lines
+
+
+def validity_markdown(v: Validity, toy_dirs: list[str], external_dir: str, n_boot: int) -> str:
+    """The summary, then the table (made with `n_boot` resamples): a row per toy score, a column per external score."""
+    table = v.table
     externals = list(dict.fromkeys(table["external"]))
     lines = [
         "# External validity: Kendall's tau between toy and external rankings", "",
         f"Toy runs: {', '.join(toy_dirs)}. External run: {external_dir}. Each entry is Kendall's tau-b between "
-        f"the models' rankings by the two scores (mean over seeds), with its {CI_LEVEL:.0%} percentile bootstrap "
-        f"interval from resampling each model's seeds ({n_boot} resamples, seeded). +1: the toy score orders the "
-        "models as the external one does; 0: no relation; -1: the reverse." + _critical_note(table), "",
+        f"the models' rankings by the two scores (mean over seeds), its {CI_LEVEL:.0%} percentile interval from "
+        f"resampling the models ({n_boot} resamples, seeded; none below {BOOTSTRAP_FROM} models) and, after 'p', "
+        f"its two-sided permutation test's p-value (every ordering of the models where n! <= {N_PERM}, "
+        f"else {N_PERM} seeded ones) with Holm's correction over the exploratory pairs. "
+        "+1: the toy score orders the models as the external one does; 0: no relation; -1: the reverse. "
+        "Spearman's rho, its interval and p-values are in validity.csv.", "",
+        *[f"- {line}" for line in summary(v)], "",
         "| toy score | " + " | ".join(externals) + " |",
         "|---|" + "---|" * len(externals),
     ]
     for toy, group in table.groupby("toy", sort=False):
-        by_external = {r["external"]: tau_text(r) for _, r in group.iterrows()}
-        lines.append(f"| {toy} | " + " | ".join(by_external.get(e, "-") for e in externals) + " |")
+        cells = {}
+        for _, r in group.iterrows():
+            p = r["tau_p_holm"] if r["role"] == "exploratory" else r["tau_p"]
+            cells[r["external"]] = stat_text(r) + ("" if math.isnan(p) else f" p {p:.2f}") \
+                + (" (confirmatory, one-sided)" if r["role"] == "confirmatory" else "")
+        lines.append(f"| {toy} | " + " | ".join(cells.get(e, "") for e in externals) + " |")
     models = sorted({m for ms in table["models"] for m in ms.split()})
-    lines += ["", f"Models ranked (those both runs trained): {', '.join(models)}.", ""]
+    lines += ["", f"Models ranked (those both runs trained): {', '.join(models)}. The {MEAN_KEPT} averages the "
+              f"levels where no model's mean return is within {CEILING_MARGIN} of +1 and some model's mean accuracy "
+              "is above chance.", ""]
     return "\n".join(lines)
 
 
@@ -217,23 +562,25 @@ def validity_figure(table: pd.DataFrame):
     ax.set_xticks(range(len(externals)), externals, rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(len(toys)), toys, fontsize=7)
     fig.colorbar(image, ax=ax, label="Kendall's tau")
-    ax.set_title("toy score (rows) vs external score (columns)", fontsize=8)
+    ax.set_title("toy score (rows) vs external score (columns); blank: every model scores alike", fontsize=8)
     return fig
 
 
-def write_validity(toy_dirs: list[str], external_dir: str, out: Path, n_boot: int = N_BOOT) -> pd.DataFrame:
-    """validity.md, validity.csv and validity.png (and .svg) in `out`; the table."""
+def write_validity(toy_dirs: list[str], external_dir: str, out: Path, n_boot: int = N_BOOT,
+                   hypothesis: Path = HYPOTHESIS) -> Validity:
+    """validity.md, validity.csv and validity.png (and .svg) in `out`; the table and its summary."""
     from ..files import write_atomic
     from .figures import save_figure
 
-    table = validity_table([load_run(d) for d in toy_dirs], load_run(external_dir), n_boot)
+    stated = read_hypothesis(hypothesis)
+    v = validity_table([load_run(d) for d in toy_dirs], load_run(external_dir), stated, n_boot)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "validity.csv", table.to_csv(index=False, float_format="%.6g").encode())
-    text = validity_markdown(table, toy_dirs, external_dir, n_boot) + "\n![tau heatmap](validity.png)\n"
+    write_atomic(out / "validity.csv", v.table.to_csv(index=False, float_format="%.6g").encode())
+    text = validity_markdown(v, toy_dirs, external_dir, n_boot) + "\n![tau heatmap](validity.png)\n"
     write_atomic(out / "validity.md", text.encode())
     import matplotlib.pyplot as plt
 
-    fig = validity_figure(table)
+    fig = validity_figure(v.table)
     save_figure(fig, out, "validity", tight=True)
     plt.close(fig)
-    return table
+    return v
