@@ -14,9 +14,10 @@ import pytest
 from tests.helpers import ROOT
 from tmem_bench.errors import UsageError
 from tmem_bench.report.data import RunData, load_run
-from tmem_bench.report.validity import (MEAN_ALL, Score, critical_tau, external_scores, holm, kendall_tau,
-                                        model_interval, permutation_p, read_hypothesis, rho_rows, summary,
-                                        toy_scores, validity_markdown, validity_table)
+from tmem_bench.report.hypothesis import read_hypothesis
+from tmem_bench.report.rank_stats import critical_tau, holm, kendall_tau, model_interval, permutation_p, rho_rows
+from tmem_bench.report.validity import (MEAN_ALL, Score, external_scores, summary, toy_scores, validity_markdown,
+                                        validity_table)
 
 
 @pytest.mark.parametrize("x, y, tau", [

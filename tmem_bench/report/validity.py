@@ -22,33 +22,26 @@ learning rate each search chose count.
 """
 from __future__ import annotations
 
-import itertools
 import math
-import tomllib
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from ..errors import UsageError
 from ..registry import TASKS, variant_forces_memory
 from .data import RunData, load_run, natural_key
+from .hypothesis import DIRECTIONS, HYPOTHESIS, Hypothesis, exploratory_reasons, read_hypothesis, shown
+from .rank_stats import ALPHA, N_PERM, STATISTIC_ROWS, critical_tau, holm, model_interval, permutation_p
 from .stats import BOOT_SEED, BOOTSTRAP_FROM, CI_LEVEL, N_BOOT
 
-N_PERM = 10_000  # the hypothesis's permutations; every ordering instead where n! is no more (n <= 7)
-ALPHA = 0.05
 # A level is kept for the mean return when no model's mean return is within this of the oracle's +1
 # (the hypothesis's rule: a level every model has solved ranks nothing).
 CEILING_MARGIN = 0.01
 # POPGym's returns lie in [-1, 1]; closed-loop means carry float error past it (1.0000000000000007).
 RETURN_SLACK = 1e-9
 MEAN_ALL, MEAN_KEPT = "mean return over environments", "mean return over kept levels"
-HYPOTHESIS = Path(__file__).resolve().parents[2] / "docs" / "external-validity-hypothesis.toml"
-STATISTICS = {"kendall_tau_b": "tau", "spearman_rho": "rho"}
-DIRECTIONS = {"positive": "greater", "negative": "less"}
 
 
 @dataclass(frozen=True)
@@ -62,117 +55,6 @@ class Score:
 
     def means(self, labels) -> np.ndarray:
         return np.array([np.mean(self.values[label]) for label in labels])
-
-
-# The statistics, one row of X against the same row of Y, so that permutations and resamples are one call.
-
-def _pairs(n: int):
-    return np.triu_indices(n, k=1)
-
-
-def tau_rows(x, y) -> np.ndarray:
-    """Kendall's tau-b of each row of `x` with the same row of `y`: (concordant - discordant pairs)
-    over the geometric mean of the pairs untied in x and in y; nan where either has no untied pair.
-    scipy.stats.kendalltau gives the same (tested), one pair of sequences a call."""
-    x, y = np.atleast_2d(np.asarray(x, dtype=float)), np.atleast_2d(np.asarray(y, dtype=float))
-    i, j = _pairs(x.shape[1])
-    sx, sy = np.sign(x[:, i] - x[:, j]), np.sign(y[:, i] - y[:, j])
-    denominator = np.sqrt(np.count_nonzero(sx, axis=1) * np.count_nonzero(sy, axis=1).astype(float))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, (sx * sy).sum(axis=1) / denominator, np.nan)
-
-
-def rho_rows(x, y) -> np.ndarray:
-    """Spearman's rho of each row pair: the correlation of their ranks (ties at their mean rank);
-    nan where either row is constant."""
-    rx = rankdata(np.atleast_2d(x), axis=1)
-    ry = rankdata(np.atleast_2d(y), axis=1)
-    rx, ry = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
-    denominator = np.sqrt((rx * rx).sum(axis=1) * (ry * ry).sum(axis=1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, (rx * ry).sum(axis=1) / denominator, np.nan)
-
-
-STATISTIC_ROWS = {"tau": tau_rows, "rho": rho_rows}
-
-
-def kendall_tau(x, y) -> float:
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"kendall_tau needs two 1-D sequences of one length, got {x.shape} and {y.shape}")
-    return float(tau_rows(x, y)[0])
-
-
-def _orderings(n: int, n_perm: int, seed: int) -> tuple[np.ndarray, bool]:
-    """Every ordering of n models where n! <= n_perm (exact), else n_perm random ones (seeded), as
-    scipy.stats.permutation_test chooses."""
-    if math.factorial(n) <= n_perm:
-        return np.array(list(itertools.permutations(range(n)))), True
-    return np.argsort(np.random.default_rng(seed).random((n_perm, n)), axis=1), False
-
-
-def permutation_p(x, y, statistic: str = "tau", alternative: str = "two-sided",
-                  n_perm: int = N_PERM, seed: int = BOOT_SEED) -> float:
-    """The permutation test's p-value of `statistic` ("tau" or "rho") between x and y, y's model
-    labels permuted: exact over every ordering where n! <= n_perm, else Monte Carlo counting the
-    observed ordering as one of n_perm + 1. Two-sided is twice the smaller one-sided p (at most 1),
-    and values within rounding of the observed one count as reaching it, both as scipy's
-    permutation_test does. nan where the statistic is."""
-    rows = STATISTIC_ROWS[statistic]
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    observed = rows(x, y)[0]
-    if math.isnan(observed):
-        return math.nan
-    orderings, exact = _orderings(len(x), n_perm, seed)
-    null = rows(np.broadcast_to(x, orderings.shape), y[orderings])
-    gamma = abs(observed) * 100 * np.finfo(float).eps
-    extra = 0 if exact else 1
-    greater = (np.count_nonzero(null >= observed - gamma) + extra) / (len(null) + extra)
-    less = (np.count_nonzero(null <= observed + gamma) + extra) / (len(null) + extra)
-    return float({"greater": greater, "less": less, "two-sided": min(1.0, 2 * min(greater, less))}[alternative])
-
-
-def model_interval(x, y, statistic: str = "tau", n_boot: int = N_BOOT, seed: int = BOOT_SEED,
-                   level: float = CI_LEVEL) -> tuple[float, float, int]:
-    """(low, high, undefined): the percentile bootstrap interval of `statistic` from drawing the
-    models (the pairs x[k], y[k]) with replacement. A resample in which either side ties every model
-    has no statistic: it is left out and counted. No interval (nan) below BOOTSTRAP_FROM models, where
-    docs/protocol.md refuses a percentile bootstrap: a handful of values resample to a few rankings."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) < BOOTSTRAP_FROM:
-        return math.nan, math.nan, 0
-    draws = np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))
-    values = STATISTIC_ROWS[statistic](x[draws], y[draws])
-    defined = values[~np.isnan(values)]
-    if not len(defined):
-        return math.nan, math.nan, n_boot
-    low, high = np.percentile(defined, [50 * (1 - level), 50 * (1 + level)])
-    return float(low), float(high), int(n_boot - len(defined))
-
-
-def holm(pvalues) -> np.ndarray:
-    """Holm's step-down adjusted p-values over the defined ones (nan stays nan): the k-th smallest
-    times (m - k + 1), never below an earlier one, at most 1."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(p.shape, np.nan)
-    defined = np.flatnonzero(~np.isnan(p))
-    order = defined[np.argsort(p[defined], kind="stable")]
-    m = len(order)
-    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    return out
-
-
-def critical_tau(n: int, alpha: float = ALPHA) -> float:
-    """The smallest |tau| that a two-sided exact permutation test at level `alpha` tells from no
-    relation, for n untied models (every ordering of n enumerated; n <= 9)."""
-    if not 2 <= n <= 9:
-        raise ValueError(f"critical_tau enumerates n! orderings, for 2 <= n <= 9; got {n}")
-    orderings, _ = _orderings(n, math.factorial(n), 0)
-    taus = np.abs(np.round(tau_rows(np.broadcast_to(np.arange(n), orderings.shape), orderings), 12))
-    for t in sorted(set(taus)):
-        if np.mean(taus >= t) <= alpha:
-            return float(t)
-    return math.nan
 
 
 def pair_stats(a: Score, b: Score, alternative: str = "two-sided", n_boot: int = N_BOOT,
@@ -278,104 +160,6 @@ def external_scores(data: RunData) -> list[Score]:
             mean = levels.groupby(["label", "seed"])["normalised_return"].mean().reset_index()
             scores.append(Score(name, "external", _by_seed(mean, "normalised_return"), (name,)))
     return scores
-
-
-# The hypothesis, stated before the run (docs/external-validity.md).
-
-@dataclass(frozen=True)
-class Hypothesis:
-    path: Path
-    stated: datetime  # the latest instant the statement can have been made
-    stated_text: str
-    revision: str
-    toy: tuple[str, str, str]  # task, variant, train_level
-    external: str
-    direction: str
-    statistic: str  # "tau" or "rho"
-    alpha: float
-
-
-def read_hypothesis(path: Path) -> Hypothesis | None:
-    """The confirmatory pair a TOML file states; None where there is no such file. A file that
-    does not state it in full is a UsageError naming what is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        doc = tomllib.loads(path.read_text())
-        stated, toy, external = doc["stated"], doc["toy"], doc["external"]
-        if isinstance(stated, datetime):
-            if stated.tzinfo is None:
-                raise ValueError("'stated' is a time with no offset; give one (2026-12-04T09:00:00Z) or a date")
-            latest = stated
-        elif isinstance(stated, date):
-            # A date alone: its last instant anywhere on Earth (UTC-12), so the stated day never
-            # counts as earlier than it can have been.
-            latest = datetime.combine(stated, time.max, timezone(timedelta(hours=-12)))
-        else:
-            raise ValueError(f"'stated' must be a TOML date or offset date-time, got {stated!r}")
-        if doc["statistic"] not in STATISTICS or doc["direction"] not in DIRECTIONS:
-            raise ValueError(f"'statistic' must be one of {sorted(STATISTICS)} and 'direction' one of "
-                             f"{sorted(DIRECTIONS)}; got {doc['statistic']!r}, {doc['direction']!r}")
-        alpha = doc["alpha"]
-        if isinstance(alpha, bool) or not isinstance(alpha, float | int) or not 0 < alpha < 1:
-            raise ValueError(f"'alpha' must be a number between 0 and 1, got {alpha!r}")
-        return Hypothesis(path, latest, str(stated), str(doc["revision"]),
-                          (str(toy["task"]), str(toy["variant"]), str(toy["level"])), str(external["score"]),
-                          doc["direction"], STATISTICS[doc["statistic"]], float(alpha))
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"hypothesis {path} is not TOML ({e})") from None
-    except KeyError as e:
-        raise UsageError(f"hypothesis {path} lacks {e.args[0]!r}: it must state stated, revision, statistic, "
-                         "direction, alpha, toy.task, toy.variant, toy.level and external.score") from None
-    except (ValueError, TypeError) as e:
-        raise UsageError(f"hypothesis {path}: {e}") from None
-
-
-def first_cell_time(data: RunData) -> datetime | None:
-    """When the run's first cell can have started at the earliest: its manifest's first start
-    (rundir.begin keeps it across resumes); None where the manifest does not record it (runs begun
-    before issue 59 record only their latest start, which a resume moves past the first cell)."""
-    value = (data.manifest or {}).get("first_started")
-    try:
-        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
-    return moment if moment is not None and moment.tzinfo is not None else None
-
-
-def exploratory_reasons(hypothesis: Hypothesis | None, external: RunData, found: bool) -> list[str]:
-    """Why the hypothesis's pair cannot be confirmatory here (none: it is)."""
-    if hypothesis is None:
-        return [f"none is stated (no file at {_shown(HYPOTHESIS)})"]
-    reasons = [] if found else [f"its pair ({' '.join(hypothesis.toy)} with {hypothesis.external}) is not among "
-                                "these runs' scores"]
-    first = first_cell_time(external)
-    if first is None:
-        latest = (external.manifest or {}).get("started")
-        reasons.append(f"run {external.run_dir} does not record when its first cell started"
-                       + (f" (it was last started {latest}, before the statement)" if isinstance(latest, str)
-                          and _before(latest, hypothesis.stated) else ""))
-    elif not hypothesis.stated < first:
-        reasons.append(f"it was stated ({hypothesis.stated_text}) after run {external.run_dir}'s first cell "
-                       f"(started {first.isoformat()})")
-    return reasons
-
-
-def _shown(path: Path) -> str:
-    """A path relative to the working folder where it lies under it (the committed tables name no home folder)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _before(text: str, moment: datetime) -> bool:
-    try:
-        other = datetime.fromisoformat(text)
-    except ValueError:
-        return False
-    return other.tzinfo is not None and other < moment
 
 
 # The table and what is said about it.
@@ -487,7 +271,7 @@ def summary(v: Validity) -> list[str]:
                      f"{stat} {stat_text(row, stat)}, one-sided p = {row[f'{stat}_p']:.3g} ({h.direction}, alpha "
                      f"{h.alpha:g}), {row['n_models']} models: {verdict}")
     else:
-        what = f"the hypothesis in {_shown(h.path)}" if h else "no hypothesis"
+        what = f"the hypothesis in {shown(h.path)}" if h else "no hypothesis"
         lines.append(f"no confirmatory pair: {what}: {'; '.join(v.reasons)}. Every pair is exploratory.")
     defined = exploratory.dropna(subset=["tau"])
     if len(defined):
