@@ -169,6 +169,10 @@ def walk() -> list[str]:
     with tempfile.TemporaryDirectory() as out:
         argv = ["run", "coordinate_binding", "--models", "base", "--seeds", "1", "--steps", "2",
                 "--out", str(Path(out) / "run"), "--no-report", "--executor", "serial"]
+        # The estimate a run prints first times a model's steps once per machine (estimate.py, a job
+        # of its own, walked by nothing here); a dry run untraced stores them, so the walk is the run's.
+        if main([*argv, "--dry-run"]) != 0:
+            raise SystemExit("the dry run before the walk failed")
         sys.setprofile(hook)
         try:
             code = main(argv)

@@ -18,6 +18,15 @@ from tests import profiles  # noqa: E402
 from tests.helpers import new_board, run_cli, write_one_cell  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_cache_folder(tmp_path_factory):
+    # The session's fixtures run commands too (measured step timings, validation records): never in
+    # the user's cache. Each test then gets its own below.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMEM_BENCH_CACHE", str(tmp_path_factory.getbasetemp() / "tmem-bench-cache" / "session"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _own_cache_folder(tmp_path_factory, monkeypatch):
     # validate's records and fetched weights: each test's own, never the user's nor another test's

@@ -1,4 +1,4 @@
-"""Files written atomically: a reader, or a run killed midway, never sees half a file."""
+"""Files written atomically: a reader, or a run killed midway, never sees half a file; the user's cache folder."""
 from __future__ import annotations
 
 import json
@@ -41,3 +41,12 @@ def current_umask() -> int:
 
 def write_json(path: Path, obj) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+CACHE_ENV = "TMEM_BENCH_CACHE"
+
+
+def cache_root() -> Path:
+    """The user's cache folder (fetched weights, validation records, measured step timings):
+    $TMEM_BENCH_CACHE, default ~/.cache/tmem-bench."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tmem-bench")

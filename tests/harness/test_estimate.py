@@ -152,3 +152,58 @@ def test_the_estimate_counts_an_early_stopping_cell_at_its_cap_and_every_check(t
     assert est.total_s == pytest.approx(1.0 + 305 * 0.01 + checks_run * 0.5 + 2.0)
     fixed = estimate(plan_rows([tiny_cell(tmp_path, steps=305, early_stop=False)]), FixedCheckedCost(), workers=1)
     assert fixed.total_s == pytest.approx(1.0 + 305 * 0.01 + 2.0)
+
+
+def _quick_cells(**kw):
+    plan = plan_run("coordinate_binding", "quick", Overrides(models=["base"], steps=10, **kw))
+    return [c for c in plan.cells if c.variant == "standard"]
+
+
+def test_a_second_estimate_reads_the_stored_timings_and_measures_nothing(tmp_path):
+    from tmem_bench.harness.timings import Timings
+
+    cells, path = _quick_cells(), tmp_path / "timings.json"
+    first = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("this machine", path))
+    a = estimate(plan_rows(cells), first, 1)
+    first.timings.save()
+    assert first.measured > 0 and first.timings.reused == 0
+    again = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("this machine", path))
+    b = estimate(plan_rows(cells), again, 1)
+    assert again.measured == 0 and again.timings.reused > 0 and again.build == first.build
+    assert b.total_s == pytest.approx(a.total_s)
+    # Another machine (or thread count, or version) has a table of its own: measured there.
+    other = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("another machine", path))
+    estimate(plan_rows(cells), other, 1)
+    assert other.measured == first.measured and other.timings.reused == 0
+
+
+def test_another_batch_size_is_measured_not_read(tmp_path):
+    from tmem_bench.harness.timings import Timings
+
+    path = tmp_path / "timings.json"
+    first = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("m", path))
+    estimate(plan_rows(_quick_cells()), first, 1)
+    first.timings.save()
+    again = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("m", path))
+    estimate(plan_rows(_quick_cells(batch_size=16)), again, 1)
+    assert again.measured > 0  # the sizes a step is timed at follow the batch
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"m": {"x": 1}}', "[1, 2]", '{"m": 3}'])
+def test_an_unreadable_or_edited_timings_file_is_measured_anew(tmp_path, text):
+    import json
+
+    from tmem_bench.harness.timings import Timings
+
+    path = tmp_path / "timings.json"
+    first = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("m", path))
+    estimate(plan_rows(_quick_cells()), first, 1)
+    first.timings.save()
+    stored = json.loads(path.read_text())
+    # every stored value edited to something that is not a timing: each is measured again
+    edited = {"m": {key: ("x" if i % 2 else [-1, float("nan")]) for i, key in enumerate(stored["m"])}}
+    for content in (text, json.dumps(edited)):
+        path.write_text(content)
+        again = MeasuredCost(torch.device("cpu"), threads=1, timings=Timings("m", path))
+        estimate(plan_rows(_quick_cells()), again, 1)
+        assert again.measured == first.measured

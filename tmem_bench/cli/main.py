@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="add this plan's cells to a run directory that holds a different plan")
     run.add_argument("--dry-run", action="store_true",
                      help="print the plan and an estimate of its wall time on this machine and executor, from a "
-                          "few measured training steps per shape; nothing is trained or written")
+                          "few training steps per shape measured once per machine and kept in the user's cache; "
+                          "nothing is trained")
     run.add_argument("--executor", default="serial", metavar="serial|local|ray|slurm",
                      help="where the cells run: serial (in this process, the default), local (a process pool), "
                           "ray (one Ray task per cell), slurm (a job array through submitit)")

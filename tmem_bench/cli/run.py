@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 
 from ..errors import UsageError
@@ -60,6 +61,7 @@ def cmd_run(args) -> int:
         print(dry_run(plan.cells, plan.searches, out, executor, args.device,
                       what=f"{args.task} under profile {args.profile}"), end="")
         return 0
+    tell_cost(plan, out, executor, args)
     # run_plan checks --retries and the run directory before anything is written.
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
     results = run_plan(plan, out, device=args.device, settings=settings, append=args.append,
@@ -81,6 +83,29 @@ def cmd_run(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def tell_cost(plan, out: Path, executor, args) -> None:
+    """The plan and its estimate, before training: from the step timings stored for this machine,
+    measuring those it lacks (once). A plug-in's code runs in its cells only (one may hang or end its
+    process), so a plan with one is estimated by `--dry-run` alone; a measurement that fails leaves
+    the run to train without an estimate."""
+    from ..harness.dryrun import dry_run
+    from ..registry import BUILTIN_MODELS, BUILTIN_TASKS, OPTIONAL_TASKS
+
+    built_in = {*BUILTIN_TASKS, *(t for _, tasks in OPTIONAL_TASKS.values() for t in tasks), *BUILTIN_MODELS}
+    plugins = sorted({name for c in plan.cells for name in (c.task, c.model) if name not in built_in})
+    if plugins:
+        print(f"no estimate before training: the plan runs plug-in code ({', '.join(plugins)}); "
+              "--dry-run measures it")
+        return
+    try:
+        print(dry_run(plan.cells, plan.searches, out, executor, args.device,
+                      what=f"{args.task} under profile {args.profile}", dry=False), end="", flush=True)
+    except Exception as e:  # an estimate is advice: training goes on without it; --debug shows where
+        if args.debug:
+            traceback.print_exception(e)
+        print(f"no estimate before training: measuring a step raised {type(e).__name__}: {e}", flush=True)
 
 
 def cmd_jobs(args) -> int:

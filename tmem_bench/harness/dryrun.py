@@ -1,5 +1,6 @@
-"""The printed dry run (`tmem-bench run --dry-run`): the plan as a table per task and variant, and
-the estimate of estimate.py on the chosen executor. Nothing is trained or written."""
+"""The printed dry run (`tmem-bench run --dry-run`, and what `tmem-bench run` prints before it
+trains): the plan as a table per task and variant, and the estimate of estimate.py on the chosen
+executor. Nothing is trained; only the step timings measured are written (timings.py)."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 
 from .estimate import Estimate, MeasuredCost, Meter, Row, estimate, plan_rows
+from .timings import Timings
 from .plan import Cell
 
 
@@ -76,8 +78,8 @@ def render_plan(rows: list[Row]) -> list[str]:
 
 
 def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, executor: str, measured: str,
-           parallel_note: str | None = None) -> str:
-    """The printed dry run: the plan, then the estimate."""
+           parallel_note: str | None = None, dry: bool = True) -> str:
+    """The printed dry run (or, not `dry`, the plan a run is about to train): the plan, then the estimate."""
     rows = est.rows
     n_cells = sum(len(r.cells) for r in rows)
     finished = sum(r.finished for r in rows)
@@ -88,8 +90,8 @@ def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, exe
     second = sum(len(r.cells) for r in rows if r.kind == "second")
     parts = f"{trials} trials + " + (f"{second} second-seed trials at most + " if second else "") + f"{finals} finals"
     selection = f", of which {trials + second + finals} in learning-rate selection ({parts})" if trials else ""
-    out = [f"dry run of {what}: {n_cells} cell{'' if n_cells == 1 else 's'}{selection}; {where}. "
-           f"Nothing is trained or written."]
+    head = f"{n_cells} cell{'' if n_cells == 1 else 's'}{selection}; {where}."
+    out = [f"dry run of {what}: {head} Nothing is trained; only the step timings it measures are written." if dry else f"plan of {what}: {head}"]
     out += render_plan(rows)
     out += ["", f"estimate: {est.remaining} cell(s) to run, {fmt_duration(est.total_s)} of cell time "
                 f"(the longest cell {fmt_duration(est.longest_s)}); {measured}"]
@@ -108,30 +110,43 @@ def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, exe
 
 
 def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, what: str,
-            meter: Meter | None = None) -> str:
+            meter: Meter | None = None, dry: bool = True) -> str:
     """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
-    measured on this machine; reads `run_dir` if it exists, writes nothing."""
+    from the step timings stored for this machine, measuring (and storing) those it lacks; reads
+    `run_dir` if it exists and writes nothing there."""
+    import torch
+
     from ..contracts.device import hardware, resolve_device
+    from ..version import __version__
     from .executors import ENGINES
     from .executors.base import available_cores
 
     resolved = resolve_device(device)
     sketch = ENGINES[options.kind].sketch(options, device)
     threads, note = sketch.threads, sketch.note
-    meter = meter or MeasuredCost(resolved, threads)
+    machine = f"{resolved.type}: {hardware(resolved)}; {threads} thread(s); torch {torch.__version__}; tmem-bench {__version__}"
+    meter = meter or MeasuredCost(resolved, threads, timings=Timings(machine))
     run_dir_exists = Path(run_dir).is_dir()
     rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
     measured = "per cell: setup + steps x the step time (+ validation checks) + evaluation"
     if isinstance(meter, MeasuredCost):
         meter.prepare(c for row in rows for c in row.cells)
     est = estimate(rows, meter, sketch.workers)
-    if isinstance(meter, MeasuredCost):
+    timings = getattr(meter, "timings", None)
+    if timings is not None:
+        timings.save()
+    if isinstance(meter, MeasuredCost) and not meter.measured and timings is not None:
+        measured += (f", from the step timings of {resolved} ({hardware(resolved)}) with {threads} thread(s) "
+                     f"measured here before and kept in {timings.path} (delete it to measure again)")
+    elif isinstance(meter, MeasuredCost):
         sizes = "8 and 32" if resolved.type == "cpu" else "16 and the cell's batch"
         measured += (f", measured here on {resolved} ({hardware(resolved)}) with {threads} thread(s): "
                      f"{meter.measured} shapes (training steps and forward passes, at each model's shortest and "
                      f"longest sequence, interpolated between) timed at batch sizes {sizes}, each after "
                      f"{meter.warmup} warm-up, fitted and extrapolated to each cell's "
                      f"({fmt_duration(meter.seconds)} of measuring)")
+        if timings is not None:
+            measured += f"; kept in {timings.path} for the next estimate on this machine"
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         if resolved.type == "cpu" and load > available_cores():
             # Other processes' work is in every measured step: the estimate is for a machine this busy.
@@ -139,4 +154,4 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
                     f"times include waiting for a core; on an idle machine the run is faster")
             note = f"{note}\n{busy}" if note else busy
     return render(est, what=what, run_dir=Path(run_dir), run_dir_exists=run_dir_exists, executor=sketch.text,
-                  measured=measured, parallel_note=note)
+                  measured=measured, parallel_note=note, dry=dry)

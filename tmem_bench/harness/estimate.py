@@ -17,6 +17,9 @@ Each is measured at two batch sizes and fitted as a + b * batch: a fixed cost pe
 launches, the optimiser's update) and a cost per example. On the CPU the sizes are small (8 and 32)
 and the fit is extrapolated to the real batch (within about 20% of a step measured at batch 128 on a
 2-core machine); on a GPU, where small batches leave it idle, the larger size is the real batch.
+
+Given a timings.Timings, a shape measured before on this machine is read from it, and what is
+measured is added to it.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import torch
 from ..contracts.task import level_key
 from .plan import Cell
 from .rundir import RunDir
+from .timings import Timings
 
 WARMUP_STEPS = 1
 TIMED_STEPS = 2  # at the larger batch size; one at the smaller, which only anchors the fixed cost
@@ -112,8 +116,9 @@ class MeasuredCost:
     """Costs measured on `device` with `threads` torch threads. `prepare(cells)` first tells it every
     length the plan needs, so that each model is measured only at its shortest and longest."""
 
-    def __init__(self, device: torch.device, threads: int, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS):
-        self.device, self.threads, self.warmup, self.steps = device, threads, warmup, steps
+    def __init__(self, device: torch.device, threads: int, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
+                 timings: Timings | None = None):
+        self.device, self.threads, self.warmup, self.steps, self.timings = device, threads, warmup, steps, timings
         self.build: dict[tuple, tuple[float, bool]] = {}  # model -> (seconds to build, gated)
         self.train_at: dict[tuple, dict[int, Cell]] = {}  # model -> length -> a cell trained there
         self.eval_at: dict[tuple, dict[int, tuple[Cell, dict]]] = {}  # model -> length -> (cell, level)
@@ -156,13 +161,19 @@ class MeasuredCost:
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            step = self._interpolated(self.step, self.train_at[key], key, train_len, self._measure_step)
+            step = self._interpolated(self.step, self.train_at[key], key, train_len, self._measure_step, "step")
             train_forward = self._forward(key, train_len)
             levels = (*cell.eval_levels, cell.train_level)
             forwards = {lv_key: self._forward(key, self.seq_len(cell, lv))
                         for lv_key, lv in {level_key(lv): lv for lv in levels}.items()}
             for level in levels:
                 self._generate(cell, level)
+            if key not in self.build:  # every shape read from the timings: the build too, or built here
+                stored = _numbers(self.timings.get("build", *key), 2) if self.timings else None
+                if stored:
+                    self.build[key] = (stored[0], bool(stored[1]))
+                else:
+                    self._built(key, cell)
         finally:
             torch.set_num_threads(before)
             self._model = None
@@ -186,17 +197,26 @@ class MeasuredCost:
 
     def _forward(self, key: tuple, length: int) -> Affine:
         return self._interpolated(self.forward, {n: c for n, (c, _) in self.eval_at[key].items()}, key, length,
-                                  self._measure_forward)
+                                  self._measure_forward, "forward")
 
-    def _interpolated(self, table: dict, at: dict[int, Cell], key: tuple, length: int, measure) -> Affine:
-        """The fit at `length`: measured at the shortest and longest of `at`, interpolated between."""
+    def _interpolated(self, table: dict, at: dict[int, Cell], key: tuple, length: int, measure, kind: str) -> Affine:
+        """The fit at `length`: measured (or read from the timings) at the shortest and longest of
+        `at`, interpolated between."""
         if (*key, length) in table:
             return table[(*key, length)]
         lo, hi = min(at), max(at)
         for end in {lo, hi, length} if length in (lo, hi) else (lo, hi):
             if (*key, end) not in table:
+                # The sizes timed follow the batch and evaluation set sizes, so they are part of the shape.
+                shape = (kind, *key, end, at[end].train["batch_size"], at[end].train["eval_size"])
+                stored = _numbers(self.timings.get(*shape), 2) if self.timings else None
+                if stored:
+                    table[(*key, end)] = Affine(*stored)
+                    continue
                 table[(*key, end)] = measure(key, end)
                 self.measured += 1
+                if self.timings:
+                    self.timings.put([table[(*key, end)].fixed, table[(*key, end)].per_example], *shape)
         if (*key, length) not in table:
             table[(*key, length)] = Affine.between(length, lo, table[(*key, lo)], hi, table[(*key, hi)])
         return table[(*key, length)]
@@ -214,18 +234,25 @@ class MeasuredCost:
             model = build_model(cell).to(self.device)
             self._sync()
             self.build.setdefault(key, (time.perf_counter() - start, model.gated))
+            if self.timings:
+                self.timings.put(list(self.build[key]), "build", *key)
             self._model = (key, model)
         return self._model[1]
 
     def _generate(self, cell: Cell, level: dict) -> None:
         key = (cell.task, _options_key(cell.task_options), level_key(level))
-        if key not in self.generate:
+        stored = _numbers(self.timings.get("generate", *key), 1) if self.timings and key not in self.generate else None
+        if stored:
+            self.generate[key] = stored[0]
+        elif key not in self.generate:
             task = cell.task_object()
             n = min(cell.train["eval_size"], GENERATE_SAMPLE)
             start = time.perf_counter()
             batch = task.sample(level, n, torch.Generator().manual_seed(0))
             task.ceiling(level, batch)
             self.generate[key] = (time.perf_counter() - start) / n
+            if self.timings:
+                self.timings.put(self.generate[key], "generate", *key)
 
     def _measure_step(self, key: tuple, length: int) -> Affine:
         from ..contracts.device import to_device
@@ -280,6 +307,17 @@ class MeasuredCost:
             # The fastest: another process on the machine, or a late warm-up, only ever adds time.
             points.append((n, min(call(n) for _ in range(timed))))
         return Affine.fit(points)
+
+
+def _numbers(value, n: int) -> tuple | None:
+    """A stored value as `n` finite non-negative numbers (a bare number for one), or None where the
+    file holds anything else (an edit, another schema): that shape is measured again."""
+    values = [value] if n == 1 else value
+    if not isinstance(values, list) or len(values) != n:
+        return None
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
+        return None
+    return tuple(values)
 
 
 @dataclass

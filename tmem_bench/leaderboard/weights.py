@@ -21,8 +21,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from ..errors import UsageError
+from ..files import cache_root
 
-CACHE_ENV = "TMEM_BENCH_CACHE"  # the folder of the weights cache (and the validation key); default ~/.cache/tmem-bench
 MAX_WEIGHTS_BYTES = 1 << 30  # far above any cell's model; bounds what a hostile record can make us read
 CHUNK = 1 << 20
 SCHEMES = ("https://", "file://", "hf://")
@@ -41,10 +41,6 @@ class Unreachable(Exception):
 
 class FetchError(Exception):
     """A download that failed or did not give the recorded bytes; the message names the URL."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tmem-bench")
 
 
 def weights_cache() -> Path:
