@@ -71,7 +71,8 @@ def test_a_run_tells_its_plan_and_estimate_before_it_trains(tmp_path, tiny_profi
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout
     said = proc.stdout
-    assert said.startswith("plan of coordinate_binding under profile tiny.toml: 1 cell; run does not exist yet.\n")
+    # Told once the run directory is this run's (a refusal comes first, alone): it exists by then.
+    assert said.startswith("plan of coordinate_binding under profile tiny.toml: 1 cell; 0 already finished in run.\n")
     estimate, running = said.index("\nestimate: 1 cell(s) to run"), said.index("\nrunning 1 cell(s)")
     assert estimate < running and "wall time one after another in this process" in said[estimate:running]
 

@@ -61,11 +61,11 @@ def cmd_run(args) -> int:
         print(dry_run(plan.cells, plan.searches, out, executor, args.device,
                       what=f"{args.task} under profile {args.profile}"), end="")
         return 0
-    tell_cost(plan, out, executor, args)
-    # run_plan checks --retries and the run directory before anything is written.
+    # run_plan checks --retries and the run directory before anything is written, and tells the cost
+    # once they pass: a refusal comes first, in one line.
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
     results = run_plan(plan, out, device=args.device, settings=settings, append=args.append,
-                       executor=executor, retries=args.retries)
+                       executor=executor, retries=args.retries, announce=lambda: tell_cost(plan, out, executor, args))
     run_dir = RunDir(out)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_rich(run_data(results)))
     planned = {c.id for c in plan.cells} | {r["cell_id"] for r in results}

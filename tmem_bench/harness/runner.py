@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import torch
 from rich.console import Console
@@ -54,13 +55,15 @@ def run_plan(
     *,
     executor: ExecutorOptions | str | None = None,
     retries: int = 1,
+    announce: Callable[[], None] | None = None,
 ) -> list[dict]:
     """Run every cell not yet finished in `run_dir` on `executor` (serial by default); a cell that
     raises is tried `retries` more times, then recorded in failed/<id>.json. A plan's learning-rate
     searches run in two stages: their trials beside the fixed cells, then, once every trial of a
     search has a result, its remaining seeds at the lr chosen on validation data (recorded in
     selection.json). The finished cells' results. The executor options, `retries` and the run
-    directory are checked here, before anything is written."""
+    directory are checked here, before anything is written. `announce` (the plan's estimate, say)
+    is called once they pass and the directory is this run's, before the first cell."""
     console = console or Console(stderr=True)
     options = usable(executor)
     retries = check_int("--retries", retries, minimum=0)
@@ -77,6 +80,8 @@ def run_plan(
         }, append)
         for path in run_dir.remove_stale():
             console.print(f"removed {path.name}, a temporary file left by a killed run")
+        if announce is not None:
+            announce()
         executor = None
         try:
             stages = [plan.cells]
