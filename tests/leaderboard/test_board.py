@@ -189,7 +189,8 @@ def test_the_board_orders_levels_by_value():
 
 def _entry(task, variant, options, train_levels=("n_writes=5,noise=0.05",)):
     results = [{"task": task, "variant": variant, "train_level": tl, "level": tl, "level_values": {"n_writes": 5},
-                "seeds": [0, 1, 2], "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0}
+                "seeds": [0, 1, 2], "mean": 0.5, "low": 0.4, "high": 0.6, "chance": 0.03, "ceiling": 1.0,
+                "n_eval": 1000}
                for tl in train_levels]
     return {"name": f"{task} {variant}", "url": None, "description": None, "model": {"name": "base", "label": "base"},
             "profile": {"id": "quick"}, "seeds": [0, 1, 2], "ranked": True, "devices": ["cpu"], "wall_time_s": 1.0,
@@ -335,3 +336,43 @@ def test_both_pages_say_which_interval_the_board_shows(tmp_path):
                 f"are {kind} intervals)")
         text = readme.read_text() + html.unescape(page.read_text())  # the page escapes "'" as &#39;
         assert text.count(said) == 2 and "its 95% bootstrap" not in text and "percentile-bootstrap" not in text
+
+
+def test_a_model_at_chance_is_never_rank_1_and_says_why():
+    """A 30-step preview stood "rank 1 with 3 seeds" at 3.1%, chance: a model within two standard errors of
+    chance on its evaluation set (1/32 on 1,000 targets: up to 4.2%) takes no rank, alone or among others."""
+    (row,) = table([entry("Tiny", {5: 0.031, 10: 0.032})])["rows"]
+    assert row["rank"] is None and row["unranked"] == "at chance" and row["would_rank"] is None
+    path, preview = entry("Mine", {5: 0.031, 10: 0.040}, seeds=1)
+    preview["preview"] = True
+    group = table([entry("Learnt", {5: 0.5, 10: 0.3}), (path, preview)])
+    assert [(r["name"], r["rank"], r["unranked"], r["would_rank"]) for r in group["rows"]] == [
+        ("Learnt", 1, None, None), ("Mine", None, "at chance", None)]
+    assert "| unranked (at chance) | **Mine** |" in markdown([group], "a preview")
+    # Just past the bound it is ranked: the rule is chance, not a low score.
+    assert table([entry("Some", {5: 0.031, 10: 0.043})])["rows"][0]["rank"] == 1
+
+
+def test_a_preview_no_published_entry_shares_says_it_cannot_be_compared():
+    """A run at a profile of its own (--steps 30) lands in a table with no published row: it is not ranked
+    first there, nor promised a rank with more seeds, but told why."""
+    path, mine = entry("Mine", {5: 0.9, 10: 0.8}, seeds=1)
+    mine.update(preview=True, profile={"id": "quick~1234abcd"})
+    groups = board_data([entry("Published", {5: 0.5, 10: 0.3}), (path, mine)])
+    rows = {r["name"]: r for g in groups for r in g["rows"]}
+    assert rows["Published"]["rank"] == 1
+    assert rows["Mine"]["rank"] is None and rows["Mine"]["would_rank"] is None
+    assert rows["Mine"]["unranked"] == "not comparable: no published entry at profile quick~1234abcd"
+
+
+def test_a_preview_at_a_board_profile_lands_in_that_profiles_table(tmp_path, board, capsys):
+    """Another model trained at the board's profile (--models and --seeds keep it) is drawn in the published
+    table, beside the published rows, not in a table of its own."""
+    run_dir = tiny_run(tmp_path, "coordinate_binding", "--models", "linear", "--seeds", "1")
+    assert main(["leaderboard", "build", "--leaderboard", str(board), "--with", str(run_dir),
+                 "--out", str(tmp_path / "preview")]) == 0
+    text = (tmp_path / "preview" / "README.md").read_text()
+    tables = [t for t in text.split("\n### ")[1:] if t.startswith("coordinate_binding")]
+    assert len(tables) == 1, [t.splitlines()[0] for t in tables]
+    assert "Tiny (base)" in tables[0] and "Tiny (lstm)" in tables[0] and "**linear (preview)**" in tables[0]
+    assert "not comparable" not in text

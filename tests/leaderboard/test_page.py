@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -24,6 +25,19 @@ def test_entry_text_and_a_banner_add_no_markup():
     data = json.loads(page.split('id="board-data">')[1].split("</script>")[0])
     assert data[0]["rows"][0]["name"] == data[0]["about"] == hostile
     assert '<p class="banner" role="note">&lt;/script&gt;&lt;script&gt;alert(1)' in page
+
+
+def test_a_phone_sees_the_ranking_and_a_table_first():
+    """At 400 px the column a table is ranked by was the 7th of 12, off-screen, and the first table began
+    1,150 px down: the score and the mean beside it follow the rank, the table comes before its figure,
+    and how to read the board is folded."""
+    page = render_page(json.dumps([]))
+    columns = page.split("function columns(group)")[1].split("function ")[0]
+    keys = re.findall(r"\{key: '(\w+)'", columns)
+    assert keys[:3] == ["rank", "score", "mean"] and keys.index("name") == 3, keys
+    assert page.index("sec.appendChild(table(group))") < page.index("sec.appendChild(figure(group))")
+    assert '<details class="note"><summary>How to read this board</summary>' in page
+    assert "r.unranked" in columns  # the reason a row takes no rank, not only its seeds
 
 
 def chromium():
@@ -83,7 +97,8 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
             return [r.get_attribute("data-slug") for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
 
         def names():
-            return [td.text for td in table.find_elements(By.CSS_SELECTOR, "tbody tr td:nth-child(2)")]
+            column = 1 + [th.get_attribute("data-key") for th in table.find_elements(By.TAG_NAME, "th")].index("name")
+            return [td.text for td in table.find_elements(By.CSS_SELECTOR, f"tbody tr td:nth-child({column})")]
 
         ranked = slugs()  # best score first
         table.find_element(By.CSS_SELECTOR, "th[data-key=score]").click()
@@ -149,6 +164,11 @@ def test_board_page_in_a_real_browser(pristine, tmp_path):
                     "'tr > :first-child'), c => { const r = c.getBoundingClientRect();"
                     " return r.left >= box.left - 1 && r.right <= box.right + 1 && r.right <= 400; }); }).flat();")
                 assert shown and all(shown), shown
+                # The first screen holds a table with the column it is ranked by.
+                top, right = driver.execute_script(
+                    "const s = document.querySelector('.scroll'); s.scrollLeft = 0; const t = s.getBoundingClientRect();"
+                    " return [t.top, s.querySelector('th[data-key=score]').getBoundingClientRect().right];")
+                assert top < 900 and right <= 400, (top, right)
         print("document widths:", widths)
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 

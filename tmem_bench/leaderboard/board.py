@@ -6,8 +6,8 @@ ranked together. The diagnosis leads: per task family the memory-forcing variant
 trained at each level), then the external part (models acting in POPGym's environments: one table
 per profile across them, ranked by normalised return), and last the standard variants, which
 attention alone solves.
-Ranked entries (at least RANKED_MIN_SEEDS seeds) come first, ordered by score; the
-others follow, marked unranked. A level shows the mean over seeds and the 95% interval its
+Ranked entries (at least RANKED_MIN_SEEDS seeds, above chance, and in a preview beside a published
+entry) come first, ordered by score; the others follow, marked unranked with the reason. A level shows the mean over seeds and the 95% interval its
 entry stores (entry.py aggregate), by the reports' rule: Student's t below 5 seeds, the
 percentile bootstrap from 5, a point for one seed; both pages say which kind the board's
 seed counts give (interval_note).
@@ -15,6 +15,7 @@ seed counts give (interval_note).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..errors import UsageError
@@ -22,7 +23,7 @@ from ..registry import variant_forces_memory
 from ..report.data import TASK_ORDER
 from ..report.stats import interval_label
 from .about import external_link, external_paragraph, paragraph
-from .entry import RANKED_MIN_SEEDS, SCHEMA_FILE
+from .entry import RANKED_MIN_SEEDS, SCHEMA_FILE, profile_id
 from .folder import tidy, write_pages
 from .page import INTERVAL_RULE, render_page
 
@@ -56,7 +57,9 @@ the installed suite (its sha256 fingerprint must match). How to read a table:
   mean); the all-level mean, the unweighted mean of the level columns, levels not
   trained at included, is the column beside it; scores equal at one decimal share
   a rank (1, 2, 2, 4);
-- an entry with fewer than {RANKED_MIN_SEEDS} seeds is listed as unranked;
+- an entry is listed as unranked, with the reason, when it has fewer than
+  {RANKED_MIN_SEEDS} seeds or is at chance (its trained-level accuracy within two
+  standard errors of chance on the evaluation set);
 - params counts backbone and task adapter; state is the bytes the backbone carries
   at the task's training sequence length (fixed: the same at any length).
 """
@@ -82,7 +85,7 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
             # per-level accuracies are not also a capacity curve.
             if any((r["task"], r["variant"]) == (score["task"], score["variant"]) for r in acted):
                 continue
-            key = (entry["profile"]["id"], score["task"], score["variant"])
+            key = (_table_profile(entry, score["task"]), score["task"], score["variant"])
             group = groups.setdefault(key, {"profile": key[0], "task": key[1], "variant": key[2],
                                             "levels": [], "values": {}, "chance": {}, "ceiling": {}, "rows": []})
             setting = settings[(score["task"], score["variant"])]
@@ -107,7 +110,8 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
                 "trained_at": sorted({r["train_level"] for r in results}),
                 "params": setting["n_params"], "state": _state(setting),
                 "state_bytes": setting["state_size"]["bytes"], "seeds": len(entry["seeds"]), "ranked": entry["ranked"],
-                "trained": _trained(results), "mean": score["score"], "cells": cells, **_run(path, entry),
+                "trained": _trained(results), "at_chance": _at_chance(results), "mean": score["score"],
+                "cells": cells, **_run(path, entry),
             })
     # The diagnosis leads whatever the profiles: every profile's memory-forcing tables, then the
     # capacity curves, then the standard variants; within a part, the profile covering more families first.
@@ -132,6 +136,15 @@ def board_data(accepted: list[tuple[Path, dict]]) -> list[dict]:
         group["about"] = paragraph(group, group.pop("task_options"))
         out.append(group)
     return out
+
+
+def _table_profile(entry: dict, task: str) -> str:
+    """The profile id of one task's table: what plans that task's cells (profile_id for the task alone), so
+    that a run of one task at a profile of its own lands beside the same profile's run of every task."""
+    profile = entry["profile"]
+    if "toml" not in profile:  # hand-made entries (tests) carry only the id
+        return profile["id"]
+    return profile_id(profile["name"], profile["toml"], entry["run"]["overrides"], task)
 
 
 def _run(path: Path, entry: dict) -> dict:
@@ -180,13 +193,7 @@ def _finish_external(group: dict) -> dict:
     group["labels"] = {col: col for col in group["levels"]}
     group["score_label"] = "mean normalised return"
     group["mean_label"] = "mean accuracy %"
-    rows = group["rows"]
-    shown = [float(_ret(r["score"])) for r in rows if r["ranked"]]
-    rows.sort(key=lambda r: (not r["ranked"], -float(_ret(r["score"])), r["name"].casefold()))
-    for row in rows:
-        at = float(_ret(row["score"]))
-        row["rank"] = 1 + sum(s > at for s in shown) if row["ranked"] else None
-        row["would_rank"] = 1 + sum(s > at for s in shown) if row["preview"] and not row["ranked"] else None
+    _place(group, _ret)
     group["kind_title"] = KINDS["external"]
     group["about"] = external_paragraph(group)
     group["link"] = external_link()
@@ -196,6 +203,45 @@ def _finish_external(group: dict) -> dict:
 def _ret(x: float) -> str:
     """A normalised return as the board shows it: signed, two decimals (POPGym's scale, not a percent)."""
     return f"{x:+.2f}"
+
+
+def _at_chance(results: list[dict]) -> bool:
+    """Whether every trained-level accuracy is within two binomial standard errors of chance on its
+    evaluation set: a rank among models that learnt nothing says nothing (a 30-step run stood "rank 1")."""
+    at = [r for r in results if r["level"] == r["train_level"]]
+    return bool(at) and all(r["mean"] <= r["chance"] + 2 * math.sqrt(r["chance"] * (1 - r["chance"]) / r["n_eval"])
+                            for r in at)
+
+
+def _unranked(row: dict, published: bool, at_chance: bool, profile: str) -> str | None:
+    """Why a row takes no rank, said where its rank would be; None for a ranked row."""
+    if row["preview"] and not published:
+        # A preview's profile or task that no published entry has: nothing to rank it against.
+        return f"not comparable: no published entry at profile {profile}"
+    if at_chance:
+        return "at chance"
+    return None if row["ranked"] else _seeds(row["seeds"])
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' * (n != 1)}"
+
+
+def _place(group: dict, shown_as) -> None:
+    """Ranks by the score as shown (`shown_as`), equal shown scores sharing a rank; unranked rows last, each
+    with its reason; a preview's row unranked only for its seeds says the rank it would take with enough."""
+    rows = group["rows"]
+    published = any(not r["preview"] for r in rows)
+    for row in rows:
+        row["unranked"] = _unranked(row, published, row.pop("at_chance", False), group["profile"])
+        row["ranked"] = row["unranked"] is None
+    shown = [float(shown_as(r["score"])) for r in rows if r["ranked"]]
+    rows.sort(key=lambda r: (not r["ranked"], -float(shown_as(r["score"])), r["name"].casefold()))
+    for row in rows:
+        above = 1 + sum(s > float(shown_as(row["score"])) for s in shown)
+        row["rank"] = above if row["ranked"] else None
+        # Only a shortfall of seeds has a rank to promise: more seeds of the same score would take it.
+        row["would_rank"] = above if row["preview"] and row["unranked"] == _seeds(row["seeds"]) else None
 
 
 def _trained(results: list[dict]) -> float | None:
@@ -216,13 +262,7 @@ def _rank(group: dict) -> None:
     # The mean of one level is that level: a second column only where there are several.
     several = len({lv for r in rows for lv in r["cells"]}) > 1
     group["mean_label"] = "all-level mean %" if group["rank_by"] == "trained" and several else None
-    shown = [float(_pct(r["score"])) for r in rows if r["ranked"]]
-    rows.sort(key=lambda r: (not r["ranked"], -float(_pct(r["score"])), r["name"].casefold()))
-    for row in rows:
-        at = float(_pct(row["score"]))
-        row["rank"] = 1 + sum(s > at for s in shown) if row["ranked"] else None
-        # A preview's model with too few seeds: the rank the same score would take among the ranked rows.
-        row["would_rank"] = 1 + sum(s > at for s in shown) if row["preview"] and not row["ranked"] else None
+    _place(group, _pct)
 
 
 def _family(task: str) -> tuple:
@@ -317,7 +357,7 @@ def markdown(groups: list[dict], banner: str | None = None) -> str:
             # A parenthesis would end the markdown link early; its percent-encoding is the same address.
             url = (row["url"] or "").replace("(", "%28").replace(")", "%29")
             name = f"[{_escape(row['name'])}]({url})" if url else _escape(row["name"])
-            rank = str(row["rank"]) if row["ranked"] else f"unranked ({row['seeds']} seed{'s' * (row['seeds'] != 1)})"
+            rank = str(row["rank"]) if row["ranked"] else f"unranked ({row['unranked']})"
             if row.get("would_rank") is not None:
                 rank += f"; rank {row['would_rank']} with {RANKED_MIN_SEEDS} seeds"
             if row["preview"]:
