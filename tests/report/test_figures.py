@@ -15,7 +15,7 @@ from tmem_bench.registry import BACKBONES, BUILTIN_MODELS, backbone_names
 from tmem_bench.report import Style, accuracy_figure, capacity, curve_data, mean_ci, training_view
 from tmem_bench.report.colors import BUILTIN_COLORS, label_colors, model_colors
 from tmem_bench.report.data import load_run
-from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, draw_figures
+from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, PANEL_MODELS, draw_figures, training_figure
 from tmem_bench.report.profiles import profile_labels
 
 # A long variant, as the planner names one by its changed options, is what used to overflow.
@@ -171,7 +171,9 @@ def test_training_curves_are_a_grid_and_every_seed_in_its_models_colour(figures)
     data, drawn = figures
     fig, d = drawn["training_coordinate_binding"]
     cells = {(ax.get_subplotspec().rowspan.start, ax.get_subplotspec().colspan.start) for ax in fig.axes}
-    assert {c for _, c in cells} == {0, 1} and len(cells) == len(fig.axes) == 8
+    assert {c for _, c in cells} == {0, 1} and len(cells) == len(fig.axes)
+    # The helper gives every model the same history: each would hide the others, so each has its own row.
+    assert all(len(p["models"]) == 1 for p in d["panels"]) and len(fig.axes) == 2 * 4 * len(set(data.table["label"]))
     assert fig.get_size_inches()[0] < 10
     colors = label_colors(sorted(set(data.table["label"])))
     for ax in fig.axes:
@@ -257,8 +259,9 @@ def test_gate_and_training_figures_and_tables(report):
     assert gates["title"] == "tensor" and gates["initial"] == {"layer0": 0.5, "layer1": 0.5}
     assert gates["lines"]["layer0 seed 0"]["step"] == [0, 50, 100, 150]
     assert gates["lines"]["layer0 seed 0"]["gate"][-1] == pytest.approx(0.52)
-    training = report.figures["training_occlusion"]["panels"]
-    assert [(p["title"], p["metric"]) for p in training] == [("trained at occlusion_len=0", m) for m in ("loss", "train_acc")]
+    training = [p for p in report.figures["training_occlusion"]["panels"] if "tensor" in p["models"]]
+    assert [(p["title"].split(" (")[0], p["metric"]) for p in training] == [
+        ("trained at occlusion_len=0", m) for m in ("loss", "train_acc")]
     assert training[1]["lines"]["tensor seed 2"]["train_acc"] == pytest.approx([0.2 / 3 + 0.02, 0.4 / 3 + 0.02, 0.22])
     text = report.path.read_text()
     assert "| tensor | layer0 | 0.500 | 0.700 (18 cells) | 0.900 (12 cells) | 0.550 (3 cells) |" in text
@@ -268,8 +271,8 @@ def test_gate_and_training_figures_and_tables(report):
 
 
 def test_lines_that_coincide_are_drawn_so_that_both_show(tmp_path):
-    """Two models with the same accuracies hid one another (tensor_chunk2 and chunk4; base under tensor
-    and lstm in the occlusion training curves), and base sat invisibly on the chance line."""
+    """Two models with the same accuracies hid one another (tensor_chunk2 and chunk4), and base sat
+    invisibly on the chance line."""
     from tmem_bench.report.overlap import COINCIDENT_NOTE
 
     run = tmp_path / "same"
@@ -288,12 +291,88 @@ def test_lines_that_coincide_are_drawn_so_that_both_show(tmp_path):
     assert lines["base"].get_markerfacecolor() == "white" and lines["chance"].get_zorder() > lines["base"].get_zorder()
     assert COINCIDENT_NOTE in fig._suptitle.get_text()
 
-    fig, drawn = dict(draw_figures(data))["training_coordinate_binding"]
-    panel = drawn["panels"][0]
-    # The helper's histories are the same for every model: each later model's lines lie on the earlier ones'.
-    assert panel["coincident"]["tensor seed 0"] == ["base", "lstm"] and "base seed 0" not in panel["coincident"]
-    dashed = [line for line in fig.axes[0].get_lines() if line.get_label() == "tensor"]
-    assert dashed and all(line.get_linestyle() == "--" for line in dashed)
+
+def _history_run(run_dir, curves: dict) -> Path:
+    """A run of one cell per (model, seed) whose history is curves[model][seed]: (loss, train accuracy) per step."""
+    import json
+
+    for model, seeds in curves.items():
+        for seed, points in enumerate(seeds):
+            write_cell(run_dir, "occlusion", "standard", model, seed, (("occlusion_len", 2),),
+                       {(("occlusion_len", 2),): 0.5})
+    for path in (run_dir / "cells").glob("*.json"):
+        cell = json.loads(path.read_text())
+        points = curves[cell["cell"]["label"]][cell["cell"]["seed"]]
+        cell["history"] = [{"step": 50 * (i + 1), "loss": loss, "train_acc": acc, "steps_per_s": 10.0}
+                           for i, (loss, acc) in enumerate(points)]
+        path.write_text(json.dumps(cell))
+    return run_dir
+
+
+def _pixels(fig, ax, color) -> int:
+    """How many pixels inside the panel are within a few levels of `color`."""
+    from matplotlib.colors import to_rgb
+
+    fig.canvas.draw()
+    image = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    x0, y0, x1, y1 = (int(v) for v in ax.bbox.extents)
+    height = image.shape[0]
+    panel = image[height - y1:height - y0, x0:x1]
+    return int((np.abs(panel - np.array(to_rgb(color)) * 255).max(axis=-1) <= 12).sum())
+
+
+def test_a_model_hidden_under_others_gets_a_panel_of_its_own(tmp_path):
+    """study_converge's occlusion curves drew base, lstm and tensor at chance in one panel: base, drawn
+    first, showed nowhere. Each model's colour must show in every panel it is drawn in."""
+    steps = 20
+    rng = np.random.default_rng(0)
+    chance = [[(1.386 + rng.normal(0, 0.002), 0.25 + rng.normal(0, 0.005)) for _ in range(steps)] for _ in range(3)]
+    learns = [[(1.386 - 0.06 * i * (1 + 0.2 * s), 0.25 + 0.035 * i * (1 + 0.1 * s)) for i in range(steps)]
+              for s in range(3)]
+    curves = {"base": chance, "slots": learns, "lstm": [list(c) for c in chance], "tensor": [list(c) for c in chance]}
+    data = load_run(_history_run(tmp_path / "hidden", curves))
+    fig, drawn = training_figure(data, "occlusion", Style(data.table))
+    style = Style(data.table)
+    for ax, panel in zip(fig.axes, drawn["panels"]):
+        for model in panel["models"]:
+            assert _pixels(fig, ax, style.of(model)) > 100, (panel["title"], model)
+    assert sum("base" in p["models"] for p in drawn["panels"]) == 2  # one row: loss and train accuracy
+
+
+def test_no_training_panel_holds_more_than_a_few_models(tmp_path):
+    """The external run's training curves drew 7 models of 3 seeds, 21 lines, in one panel."""
+    models = ["base", "slots", "delta", "linear", "lstm", "ssm", "tensor"]
+    curves = {m: [[(1.4 - 0.05 * i * (1 + k + 0.1 * s), min(1.0, 0.25 + 0.03 * i * (1 + k + 0.1 * s)))
+                   for i in range(8)] for s in range(3)] for k, m in enumerate(models)}
+    data = load_run(_history_run(tmp_path / "many", curves))
+    fig, drawn = training_figure(data, "occlusion", Style(data.table))
+    for ax, panel in zip(fig.axes, drawn["panels"]):
+        assert len(ax.get_lines()) <= 3 * PANEL_MODELS and len(panel["models"]) <= PANEL_MODELS
+    assert sorted(m for p in drawn["panels"][::2] for m in p["models"]) == sorted(models)
+    assert [p["title"] for p in drawn["panels"][::2]] == ["trained at occlusion_len=2 (1 of 2)",
+                                                          "trained at occlusion_len=2 (2 of 2)"]
+
+
+def test_log_axis_tick_labels_do_not_overlap():
+    """paper_protocol's state figure labelled 2x10^4, 3x10^4 and 4x10^4 on top of each other: a log
+    axis spanning about a decade labels its minor ticks too."""
+    from tmem_bench.report.figures import new_figure, thin_x_tick_labels
+
+    def overlapping(ax) -> bool:
+        fig.draw_without_rendering()
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels(which="both")
+                 if t.get_visible() and t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+        return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+    fig, (ax,) = new_figure(1)
+    ax.set_xscale("log")
+    ax.plot([2.8e4, 1.1e5], [0.5, 0.5])
+    ax.set_xlim(1.4e4, 2.2e5)
+    assert overlapping(ax)  # matplotlib's own labels, as the committed figure had them
+    thin_x_tick_labels([ax])
+    assert not overlapping(ax)
+    assert len([t for t in ax.get_xticklabels() if t.get_text()]) >= 3
 
 
 def test_points_lying_on_each_other_are_drawn_apart():

@@ -254,7 +254,7 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     None when no model of the task records its state bytes."""
     from matplotlib.transforms import offset_copy
 
-    from .figures import Style, finish_figure, new_figure, reference_lines
+    from .figures import Style, finish_figure, new_figure, reference_lines, thin_x_tick_labels
 
     style = Style(data.table)
     panels = []
@@ -297,6 +297,7 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
         ax.set_title(panel["title"], fontsize=9)
         ax.grid(alpha=0.3)
         drawn["panels"].append(panel)
+    thin_x_tick_labels(axes)
     note = _seed_note(pd.concat([pw for *_, pw, _ in panels]), "interval")
     if any("drawn_sideways" in point for panel in drawn["panels"] for point in panel["points"].values()):
         note += f"; {SPREAD_NOTE}"

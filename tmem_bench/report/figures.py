@@ -158,6 +158,31 @@ def set_x_axis(ax, xs: list[float], x_axis: str, trained_x=None):
         ax.axvline(trained, color="0.85", lw=8, zorder=0, label="trained at")
 
 
+def thin_x_tick_labels(axes) -> None:
+    """Keep, on each panel's x axis, only the tick labels that overlap no label kept before them, the
+    major ticks' first: a log axis spanning about a decade labels its minor ticks too, and at a panel's
+    width 2x10^4, 3x10^4 and 4x10^4 ran into each other."""
+    from matplotlib.ticker import NullFormatter
+
+    axes = list(axes)
+    if not axes:
+        return
+    axes[0].figure.draw_without_rendering()  # lays the ticks out and sets their labels
+    renderer = axes[0].figure.canvas.get_renderer()
+    for ax in axes:
+        lo, hi = sorted(ax.get_xlim())
+        kept = []
+        for locs, ticks in ((ax.xaxis.get_majorticklocs(), ax.xaxis.get_major_ticks),
+                            (ax.xaxis.get_minorticklocs(), ax.xaxis.get_minor_ticks)):
+            for loc, tick in zip(locs, ticks(len(locs))):
+                box = tick.label1.get_window_extent(renderer)
+                if lo <= loc <= hi and tick.label1.get_text() and not any(box.overlaps(b) for *_, b in kept):
+                    kept.append((loc, tick.label1.get_text(), box.expanded(1.15, 1.0)))
+        kept.sort(key=lambda k: k[0])
+        ax.set_xticks([k[0] for k in kept], [k[1] for k in kept])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def accuracy_figure(figure_panels: list[dict], x_axis: str, title: str, style: Style, trained_x=None):
     """figure_panels: [{"title", "curves": curve_data(...)}]. Returns (figure, data drawn)."""
     fig, axes = new_figure(len(figure_panels))
@@ -243,41 +268,74 @@ def gate_figure(data: RunData, task: str):
 _LAYER_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
 
 
+# Models a training panel holds: with three seeds each, the external run's seven models were 21 lines
+# in one panel, too many to tell apart.
+PANEL_MODELS = 4
+# A line lies on another where, at LIES_ON_STEPS of the steps both have, they are within LIES_ON of
+# the panel's range; a model every line of which lies on one of another model's is hidden by it when
+# both are drawn in one panel (base under lstm and tensor, all at chance, in study_converge's occlusion
+# curves). The loose fraction lets a noisy line at chance count as lying on another.
+LIES_ON = 0.02
+LIES_ON_STEPS = 0.8
+
+
+def _hidden_by(a: dict, b: dict, spans: dict) -> bool:
+    """Whether, in some metric, every seed's line of model a lies on one of model b's; a, b: metric -> [{step: y}]."""
+    def lies_on(mine: dict, other: dict, span: float) -> bool:
+        shared = [abs(y - other[x]) for x, y in mine.items() if x in other]
+        return bool(shared) and sum(d <= LIES_ON * span for d in shared) >= LIES_ON_STEPS * len(shared)
+
+    return any(a[metric] and all(any(lies_on(mine, other, span) for other in b[metric]) for mine in a[metric])
+               for metric, span in spans.items())
+
+
+def _model_groups(g: pd.DataFrame) -> list[list[str]]:
+    """The models of a row of training panels split into panels of at most PANEL_MODELS, each model in
+    the first with room where it hides no model and none hides it."""
+    spans = {m: float(np.ptp(g[m].dropna())) or 1.0 for m in ("loss", "train_acc") if g[m].notna().any()}
+    lines = {model: {m: [{x: y for x, y in zip(sg["step"], sg[m]) if not math.isnan(y)}
+                         for _, sg in g[g["label"] == model].groupby("seed")] for m in spans}
+             for model in model_order(g)}
+    groups: list[list[str]] = []
+    for model in lines:
+        room = next((grp for grp in groups if len(grp) < PANEL_MODELS
+                     and not any(_hidden_by(lines[model], lines[other], spans)
+                                 or _hidden_by(lines[other], lines[model], spans) for other in grp)), None)
+        if room is None:
+            groups.append(room := [])
+        room.append(model)
+    return groups
+
+
 def training_figure(data: RunData, task: str, style: Style):
-    """Loss and train accuracy against step: a row per (variant, training level), loss on the left.
-    Every seed is drawn in its model's colour (a fainter copy would read as another model)."""
+    """Loss and train accuracy against step: a row per (variant, training level, group of models), loss
+    on the left. Every seed is drawn in its model's colour (a fainter copy would read as another model)."""
     hist = data.history[data.history["task"] == task]
     rank = train_level_rank(data, task)
-    groups = sorted(hist.groupby(["variant", "train_level"]),
-                    key=lambda kv: (variant_order(hist).index(kv[0][0]), rank[kv[0][1]]))
-    fig, axes = new_figure(2 * len(groups), ncols=2, panel_size=(3.6, 2.3))
+    rows = []
+    for key, g in sorted(hist.groupby(["variant", "train_level"]),
+                         key=lambda kv: (variant_order(hist).index(kv[0][0]), rank[kv[0][1]])):
+        groups = _model_groups(g)
+        rows += [(key, i, len(groups), models, g) for i, models in enumerate(groups)]
+    fig, axes = new_figure(2 * len(rows), ncols=2, panel_size=(3.6, 2.3))
     suffix = _one_variant(hist["variant"])
     drawn = {"title": f"{task}{suffix}: training curves", "panels": []}
-    for k, ((variant, train_level), g) in enumerate(groups):
+    for k, ((variant, train_level), i, n, models, g) in enumerate(rows):
         for m, metric in enumerate(("loss", "train_acc")):
             ax = axes[2 * k + m]
             prefix = "" if suffix or variant == "standard" else f"{_spaced(variant)}\n"
-            panel = {"title": f"{prefix}trained at {_spaced(train_level)}", "variant": variant, "metric": metric,
-                     "lines": {}}
-            values = g[metric].dropna()
-            span = float(values.max() - values.min()) if len(values) else 1.0
-            earlier, panel["coincident"] = [], {}
-            for model in model_order(g):
+            part = f" ({i + 1} of {n})" if n > 1 else ""
+            panel = {"title": f"{prefix}trained at {_spaced(train_level)}{part}", "variant": variant,
+                     "metric": metric, "models": models, "lines": {}}
+            for model in models:
                 marker = style.marker(model)
                 for seed, sg in sorted(g[g["label"] == model].groupby("seed")):
                     sg = sg.sort_values("step")
                     steps, ys = sg["step"].tolist(), sg[metric].tolist()
-                    under = sorted(set(coinciding(steps, ys, [e for e in earlier if e[0] != model], span or 1.0)))
-                    every = max(1, len(sg) // 5)
-                    # A circle is every label's default; any other marker tells a similar colour apart. A
-                    # line lying on another model's is dashed, with hollow markers shifted along it.
+                    # A circle is every label's default; any other marker tells a similar colour apart.
                     ax.plot(steps, ys, color=style.of(model), lw=1.0, label=model,
-                            marker=marker if len(sg) < 3 or marker != "o" or under else None, ms=4,
-                            markevery=(min(len(under) * max(1, every // 3), len(sg) - 1), every),
-                            **{k: v for k, v in coincident_style(len(under), False).items() if k != "ms"})
-                    if under:
-                        panel["coincident"][f"{model} seed {seed}"] = under
-                    earlier.append((model, steps, ys))
+                            marker=marker if len(sg) < 3 or marker != "o" else None, ms=4,
+                            markevery=max(1, len(sg) // 5))
                     panel["lines"][f"{model} seed {seed}"] = {"step": steps, metric: ys}
             if metric == "train_acc":
                 ax.set_ylim(-0.02, 1.04)
