@@ -68,6 +68,11 @@ class PopgymAdapter(Adapter):
         return self.head_proj(picked)  # (B, n_scored, n_classes)
 
 
+# Every closed-loop episode's seed is drawn at once and its rollout kept until scored: 10^12 episodes
+# were accepted and the cell then failed allocating 8 TB for the seeds alone.
+MAX_CLOSED_LOOP_EPISODES = 100_000
+
+
 class PopgymTask(Task):
     """One POPGym environment family; subclasses name it and give its oracle."""
 
@@ -79,7 +84,8 @@ class PopgymTask(Task):
     uniform_labels = True  # every class equally likely at every scored step: chance is 1 / n_classes
 
     def __init__(self, closed_loop_episodes: int = 32):
-        self.closed_loop_episodes = check_int("closed_loop_episodes", closed_loop_episodes)
+        self.closed_loop_episodes = check_int("closed_loop_episodes", closed_loop_episodes,
+                                              maximum=MAX_CLOSED_LOOP_EPISODES)
         self._envs = {}
 
     def options(self) -> dict:

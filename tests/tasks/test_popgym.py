@@ -155,3 +155,15 @@ def test_levels_are_checked_and_chance_is_the_best_constant_answer():
         best = torch.bincount(target.flatten()).max().item() / target.numel()
         assert abs(task.chance(level) - best) < 0.03 and task.chance(level) < 0.25
     assert get_task("popgym_autoencode").chance({"difficulty": 2}) == 0.25
+
+
+def test_closed_loop_episodes_is_bounded():
+    """10^12 episodes were accepted and the cell failed allocating 8 TB: refused in one line naming the bound."""
+    from tmem_bench.errors import UsageError
+    from tmem_bench.tasks.popgym import MAX_CLOSED_LOOP_EPISODES
+
+    assert get_task("popgym_repeat_first", closed_loop_episodes=MAX_CLOSED_LOOP_EPISODES).closed_loop_episodes \
+        == MAX_CLOSED_LOOP_EPISODES
+    with pytest.raises(UsageError) as err:
+        get_task("popgym_repeat_first", closed_loop_episodes=1_000_000_000_000)
+    assert f"from 1 to {MAX_CLOSED_LOOP_EPISODES}" in str(err.value) and "\n" not in str(err.value)
