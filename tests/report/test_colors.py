@@ -13,7 +13,7 @@ import pytest
 from tmem_bench.leaderboard.page import render_page
 from tmem_bench.report.colors import (BUILTIN_COLORS, DISTINCT, SIMILAR, delta_e, lab, label_colors, label_markers,
                                       model_colors)
-from tmem_bench.report.figures import Style
+from tmem_bench.report.figure_parts import Style
 
 # The labels of the capacity run (docs/runs/capacity), where base, tensor_grid4 and tensor_local were three
 # near-identical blues and slots and tensor_grid8 two greens.

@@ -15,7 +15,8 @@ from tmem_bench.registry import BACKBONES, BUILTIN_MODELS, backbone_names
 from tmem_bench.report import Style, accuracy_figure, capacity, curve_data, mean_ci, training_view
 from tmem_bench.report.colors import BUILTIN_COLORS, label_colors, model_colors
 from tmem_bench.report.data import load_run
-from tmem_bench.report.figures import _REFERENCES, CAPACITY_AXIS, CHANCE, PANEL_MODELS, draw_figures, training_figure
+from tmem_bench.report.figure_parts import _REFERENCES, CHANCE
+from tmem_bench.report.figures import CAPACITY_AXIS, PANEL_MODELS, draw_figures, training_figure
 from tmem_bench.report.profiles import profile_labels
 
 # A long variant, as the planner names one by its changed options, is what used to overflow.
@@ -356,7 +357,7 @@ def test_no_training_panel_holds_more_than_a_few_models(tmp_path):
 def test_log_axis_tick_labels_do_not_overlap():
     """paper_protocol's state figure labelled 2x10^4, 3x10^4 and 4x10^4 on top of each other: a log
     axis spanning about a decade labels its minor ticks too."""
-    from tmem_bench.report.figures import new_figure, thin_x_tick_labels
+    from tmem_bench.report.figure_parts import new_figure, thin_x_tick_labels
 
     def overlapping(ax) -> bool:
         fig.draw_without_rendering()

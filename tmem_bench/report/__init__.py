@@ -15,7 +15,8 @@ from no memory), markdown (report.md), write.
 """
 from .claims import Claim, ClaimSpec, PowerSpec, load_claims, load_power
 from .data import RunData, load_run, run_data
-from .figures import Style, accuracy_figure, build_figures, save_figure
+from .figure_parts import Style
+from .figures import accuracy_figure, build_figures, save_figure
 from .no_harm import no_harm_verdict, no_harm_verdicts
 from .power import power_rows, power_rule, power_summary, power_verdict
 from .rules import RULES, check_claim, check_claims

@@ -208,7 +208,7 @@ def _hollow_legend(ax) -> None:
 
 def accuracy_vs_writes(data: RunData, task: str, groups: list[Group]):
     """Accuracy against W, a panel per group, each model trained and evaluated at each W."""
-    from .figures import Style, finish_figure, new_figure, set_x_axis, reference_lines
+    from .figure_parts import Style, finish_figure, new_figure, reference_lines, set_x_axis
 
     style = Style(data.table)
     fig, axes = new_figure(len(groups))
@@ -254,7 +254,7 @@ def accuracy_vs_state(data: RunData, task: str, groups: list[Group]):
     None when no model of the task records its state bytes."""
     from matplotlib.transforms import offset_copy
 
-    from .figures import Style, finish_figure, new_figure, reference_lines, thin_x_tick_labels
+    from .figure_parts import Style, finish_figure, new_figure, reference_lines, thin_x_tick_labels
 
     style = Style(data.table)
     panels = []
