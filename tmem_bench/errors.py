@@ -1,4 +1,5 @@
 """Bad input from the user, and the checks every part of the suite shares to reject it."""
+import argparse
 import errno
 
 
@@ -50,6 +51,17 @@ def check_int(name: str, value, minimum: int = 1, maximum: int | None = None) ->
         shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
         raise UsageError(f"{name} must be an integer {allowed}, got {shown}")
     return int(number)
+
+
+def positive(text: str) -> int:
+    """An argparse type: a positive integer (argparse names the flag in its one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 def check_float(name: str, value, minimum: float = 0.0, maximum: float = float("inf")) -> float:

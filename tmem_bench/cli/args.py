@@ -1,8 +1,6 @@
 """The parsers of the command line's values: each a one-line error naming the flag and what it takes."""
 from __future__ import annotations
 
-import argparse
-
 from ..errors import UsageError
 
 MAX_SEEDS = 1000  # seeds per cell from a count; a list may name any seeds
@@ -74,16 +72,6 @@ def parse_seeds(count: str | None, seed_list: str | None = None):
         raise UsageError(f"--seed-list {seed_list!r} is malformed; expected seeds such as 0,5,7 (or one: 3)") from None
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
 def parse_options(items: list[str]) -> dict:
     """--option KEY=VALUE items -> factory options; numbers and true/false are typed, anything else is a string."""
     options = {}
@@ -98,16 +86,4 @@ def parse_options(items: list[str]) -> dict:
                 options[key] = number(value, f"--option {key}")
             except UsageError:
                 options[key] = value
-    return options
-
-
-def sbatch_options(items: list[str]) -> dict[str, str]:
-    """--slurm-option KEY=VALUE items -> extra sbatch options (`account=proj` becomes `--account=proj`)."""
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip().lstrip("-")
-        if not sep or not key or not value:
-            raise UsageError(f"--slurm-option {item!r} is malformed; expected KEY=VALUE (for example account=proj)")
-        options[key.replace("-", "_")] = value
     return options

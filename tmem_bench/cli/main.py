@@ -5,10 +5,11 @@ import argparse
 import sys
 import traceback
 
-from ..errors import UsageError, storage_error
+from ..errors import UsageError, positive, storage_error
+from ..harness.executors import add_flags
 from ..registry import module_names
 from ..version import __version__
-from .args import DEVICES, positive
+from .args import DEVICES
 from .catalogue import cmd_check, cmd_list
 from .leaderboard import add_leaderboard_parser, cmd_leaderboard
 from .probe import add_probe_parser, cmd_probe
@@ -55,30 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the plan and an estimate of its wall time on this machine and executor, from a "
                           "few training steps per shape measured once per machine and kept in the user's cache; "
                           "nothing is trained")
-    run.add_argument("--executor", default="serial", metavar="serial|local|ray|slurm",
-                     help="where the cells run: serial (in this process, the default), local (a process pool), "
-                          "ray (one Ray task per cell), slurm (a job array through submitit)")
-    run.add_argument("--workers", type=positive, metavar="N",
-                     help="local: worker processes (default one per GPU, else one per core); "
-                          "slurm: array tasks at once")
-    run.add_argument("--workers-per-gpu", type=positive, metavar="N",
-                     help="local: worker processes sharing each GPU (N times the GPUs; a GPU is needed)")
-    run.add_argument("--address", metavar="ADDR",
-                     help="ray: the address of a running Ray cluster (default: start a local Ray)")
-    run.add_argument("--cpus-per-cell", type=positive, metavar="N",
-                     help="CPU cores (torch threads) each cell gets; the same count gives the same CPU numbers "
-                          "under every executor (default: this process's threads, or the cores split among workers)")
-    run.add_argument("--gpus-per-cell", type=float, metavar="N",
-                     help="GPUs each cell gets (ray: may be a fraction; slurm: whole)")
+    add_flags(run)  # --executor and the flags each engine declares
     run.add_argument("--retries", type=int, default=1, metavar="N",
                      help="tries after a cell's first failure before it is recorded in failed/ (default 1)")
-    run.add_argument("--slurm-partition", metavar="NAME", help="slurm: the partition the jobs are submitted to")
-    run.add_argument("--slurm-time", default="240", metavar="TIME",
-                     help="slurm: time limit per cell, MINUTES, H:MM:SS or D-HH:MM:SS (default 240 minutes)")
-    run.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="slurm: an extra sbatch option (repeatable), e.g. account=proj, qos=high, constraint=a100")
-    run.add_argument("--slurm-cluster", default="slurm", metavar="slurm|local",
-                     help="slurm: 'local' runs the jobs as processes on this machine through submitit, to try a setup")
 
     jobs = sub.add_parser("jobs", parents=[debug], help="the jobs running a run's cells; --cancel stops them")
     jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run directory started with --executor slurm (or any)")

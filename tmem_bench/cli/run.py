@@ -6,25 +6,12 @@ import traceback
 from pathlib import Path
 
 from ..errors import UsageError
-from .args import check_device, parse_levels, parse_seeds, parse_train_at, sbatch_options
-
-
-def check_names(task: str, models: list[str] | None) -> None:
-    """A task or model name that names nothing, refused before torch is imported (seconds, tens of
-    them on a busy machine); registered, installed and module:attribute names are loaded when planned."""
-    from ..registry import BACKBONES, TASKS
-
-    if task != "all" and task not in TASKS and ":" not in task:
-        if TASKS.extra_of(task) is not None:
-            TASKS.get(task)  # says which extra to install
-        raise UsageError(f"unknown task {task!r}; known: {', '.join(TASKS.names())}, all (or module:attribute)")
-    for name in models or ():
-        if name not in BACKBONES and ":" not in name:
-            BACKBONES.get(name)  # raises the refusal, with the known names
+from .args import check_device, parse_levels, parse_seeds, parse_train_at
 
 
 def cmd_run(args) -> int:
-    from ..harness.executors import ExecutorOptions, SlurmOptions, usable
+    from ..harness.executors import from_args, usable
+    from ..harness.profiles import check_names
 
     if args.models is not None and not all(m.strip() for m in args.models.split(",")):
         raise UsageError(f"--models {args.models!r} names an empty model; give comma-separated names")
@@ -33,13 +20,8 @@ def cmd_run(args) -> int:
     models = [m.strip() for m in args.models.split(",")] if args.models is not None else None
     levels, train_at = parse_levels(args.level), parse_train_at(args.train_at)
     seeds = parse_seeds(args.seeds, args.seed_list)
-    # Every argument is parsed and checked before anything is planned. Slurm's flags are parsed
-    # whichever engine runs: one given to another engine is refused by name.
-    slurm = SlurmOptions(partition=args.slurm_partition, time=args.slurm_time,
-                         options=sbatch_options(args.slurm_option), cluster=args.slurm_cluster)
-    executor = usable(ExecutorOptions(kind=args.executor, workers=args.workers,
-                                      workers_per_gpu=args.workers_per_gpu, address=args.address,
-                                      cpus_per_cell=args.cpus_per_cell, gpus_per_cell=args.gpus_per_cell, own=slurm))
+    # Every argument is parsed and checked before anything is planned.
+    executor = usable(from_args(args))
     check_names(args.task, models)
     from rich.console import Console
 

@@ -1,5 +1,6 @@
 """The built-in profiles (tmem_bench/profiles/*.toml) and profile files: found by name, read and
-checked against the profile schema; what a run is planned from (plan.py)."""
+checked against the profile schema, and the task and model names a run is given, checked before
+anything is imported to plan it (plan.py)."""
 from __future__ import annotations
 
 import tomllib
@@ -7,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import UsageError
-from ..registry import TASKS
+from ..registry import BACKBONES, TASKS
 from ..schema import check as check_schema
 
 
@@ -48,3 +49,15 @@ def load_profile(name: str) -> dict:
         raise UsageError(f"profile {name!r} is not valid TOML: {e}") from None
     check_schema(profile, "profile", f"profile {name!r}")
     return profile
+
+
+def check_names(task: str, models: list[str] | None) -> None:
+    """A task or model name that names nothing, refused before torch is imported (seconds, tens of
+    them on a busy machine); registered, installed and module:attribute names are loaded when planned."""
+    if task != "all" and task not in TASKS and ":" not in task:
+        if TASKS.extra_of(task) is not None:
+            TASKS.get(task)  # says which extra to install
+        raise UsageError(f"unknown task {task!r}; known: {', '.join(TASKS.names())}, all (or module:attribute)")
+    for name in models or ():
+        if name not in BACKBONES and ":" not in name:
+            BACKBONES.get(name)  # raises the refusal, with the known names

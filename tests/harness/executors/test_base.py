@@ -1,16 +1,19 @@
-"""The registry of engines and the serial engine: every engine declares what the CLI, the dry run
+"""The registry of engines: every engine declares what the CLI, the dry run
 and make_executor ask of it; bad or unusable options are refused in one line before anything is
 written; a failing cell is retried, recorded and reported while the others finish."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 
 from tests.harness.executors.helpers import PLUGIN, sweep_profile
 from tmem_bench.cli import build_parser, main
-from tmem_bench.errors import UsageError
-from tmem_bench.harness.executors import ENGINES, Executor, ExecutorOptions, SlurmOptions, make_executor, usable
+from tmem_bench.errors import UsageError, positive
+from tmem_bench.harness.executors import (ENGINES, ExecutorOptions, LocalOptions, RayOptions, Serial, SlurmOptions,
+                                          from_args, usable)
+from tmem_bench.harness.executors.base import Flag
 from tmem_bench.harness.plan import Overrides, make_plan
 from tmem_bench.harness.results import read_cell
 from tmem_bench.harness.rundir import RunDir
@@ -26,22 +29,64 @@ def test_every_engine_declares_itself_to_the_registry():
     (executor,) = [a for a in parser._actions if a.dest == "executor"]
     assert executor.metavar == "|".join(ENGINES)  # the CLI offers every engine, and no other
     for name, engine in ENGINES.items():
-        assert engine.name == name and set(engine.flags) <= flags, name
-        assert engine.Options is None or "given" in vars(engine.Options), name
+        assert engine.name == name and {f.name for f in engine.flags} <= flags, name
+        assert engine.Options is None or {"given", "from_args"} <= set(vars(engine.Options)), name
+    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert helps["--workers"] == ("local: worker processes (default one per GPU, else one per core); "
+                                  "slurm: array tasks at once")  # each engine's meaning, in the registry's order
+    assert helps["--executor"].startswith("where the cells run: serial (in this process, the default), local (")
 
 
-def test_the_serial_engine_is_made_and_sketched_from_its_options():
-    o = usable(ExecutorOptions(cpus_per_cell=3))
-    made = make_executor(o, None, "cpu")  # the serial engine needs no run directory
-    assert type(made) is Executor and made.threads == 3
-    sketch = ENGINES["serial"].sketch(o, "cpu")
-    assert (sketch.text, sketch.threads, sketch.workers) == ("one after another in this process, 3 thread(s)", 3, 1)
+@dataclass(frozen=True)
+class _ToyOptions:
+    knob: str | None = None
+
+    @classmethod
+    def from_args(cls, args):
+        return cls(knob=args.toy_knob)
+
+    def given(self):
+        return ["--toy-knob"] * (self.knob is not None)
+
+
+class _Toy(Serial):
+    name, summary = "toy", "a test's engine"
+    flags = (Flag("--toy-knob", "a knob", {"metavar": "K"}),
+             Flag("--workers", "toys at once", {"type": positive, "metavar": "N"}))
+    Options = _ToyOptions
+
+
+def test_an_engine_registered_brings_its_flags_and_options_to_the_command_line(monkeypatch):
+    monkeypatch.setitem(ENGINES, "toy", _Toy)  # no line of the CLI names it
+    parser = build_parser()
+    args = parser.parse_args(["run", "coordinate_binding", "--executor", "toy", "--toy-knob", "k", "--workers", "2"])
+    o = usable(from_args(args))
+    assert (o.kind, o.workers, o.own) == ("toy", 2, _ToyOptions(knob="k"))
+    (command,) = [a for a in parser._actions if a.dest == "command"]
+    helps = {a.option_strings[0]: a.help for a in command.choices["run"]._actions if a.option_strings}
+    assert helps["--workers"].endswith("; toy: toys at once") and helps["--toy-knob"] == "toy: a knob"
+    assert "toy (a test's engine)" in helps["--executor"]
+    args = parser.parse_args(["run", "coordinate_binding", "--executor", "local", "--toy-knob", "k"])
+    with pytest.raises(UsageError, match="^--toy-knob applies to --executor toy, not local$"):
+        usable(from_args(args))
+
+
+def test_engines_sharing_a_flag_must_declare_it_alike(monkeypatch):
+    class Odd(_Toy):
+        flags = (Flag("--workers", "odd", {"type": float, "metavar": "N"}),)
+
+    monkeypatch.setitem(ENGINES, "toy", Odd)
+    with pytest.raises(TypeError, match="--workers with different settings"):
+        build_parser()
 
 
 @pytest.mark.parametrize("options, needle", [
     (lambda: ExecutorOptions(kind="dask"), "--executor 'dask' is unknown; allowed: serial, local, ray, slurm"),
     (lambda: ExecutorOptions(kind="serial", workers=2), "--workers applies to --executor local or slurm, not serial"),
-    (lambda: ExecutorOptions(kind="local", address="ray://x"), "--address applies to --executor ray, not local"),
+    (lambda: ExecutorOptions(kind="local", own=RayOptions(address="ray://x")),
+     "--address applies to --executor ray, not local"),
+    (lambda: ExecutorOptions(kind="ray", own=(LocalOptions(), RayOptions(), SlurmOptions(partition="gpu"))),
+     "--slurm-partition applies to --executor slurm, not ray"),
     (lambda: ExecutorOptions(kind="local", gpus_per_cell=1), "--gpus-per-cell applies to --executor ray or slurm"),
     (lambda: ExecutorOptions(kind="local", own=SlurmOptions(partition="gpu")),
      "--slurm-partition applies to --executor slurm, not local"),
@@ -55,7 +100,8 @@ def test_bad_executor_settings_are_refused(options, needle):
 
 
 def test_another_engines_options_left_at_their_defaults_are_dropped():
-    assert usable(ExecutorOptions(kind="local", own=SlurmOptions())).own is None
+    assert usable(ExecutorOptions(kind="local", own=SlurmOptions())).own == LocalOptions()
+    assert usable(ExecutorOptions(kind="serial", own=(LocalOptions(), RayOptions(), SlurmOptions()))).own is None
 
 
 def test_a_missing_extra_names_it_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):

@@ -15,7 +15,7 @@ import torch
 from tests.harness.executors.helpers import PLUGIN, numbers, partial_files, quiet, sweep_profile
 from tmem_bench.cli import main
 from tmem_bench.errors import UsageError
-from tmem_bench.harness.executors import ENGINES, ExecutorOptions, LocalPool, usable
+from tmem_bench.harness.executors import ENGINES, ExecutorOptions, LocalOptions, LocalPool, usable
 from tmem_bench.harness.executors.base import available_cores
 from tmem_bench.harness.plan import Overrides, make_plan
 from tmem_bench.harness.results import read_cell
@@ -119,14 +119,14 @@ def test_a_dead_worker_fails_only_its_cell_and_the_pool_is_rebuilt_for_the_other
 
 def test_workers_per_gpu_multiplies_the_gpus_and_is_refused_without_one():
     assert LocalPool(None, 1, gpus=2, per_gpu=3).workers == 6
-    for make in (lambda: LocalPool.sketch(ExecutorOptions(kind="local", workers_per_gpu=2), "cpu"),
-                 lambda: LocalPool.make(ExecutorOptions(kind="local", workers_per_gpu=2), None, "cpu"),
+    for make in (lambda: LocalPool.sketch(ExecutorOptions(kind="local", own=LocalOptions(workers_per_gpu=2)), "cpu"),
+                 lambda: LocalPool.make(ExecutorOptions(kind="local", own=LocalOptions(workers_per_gpu=2)), None, "cpu"),
                  lambda: LocalPool(2, 1, gpus=1, per_gpu=2)):
         with pytest.raises(UsageError) as e:
             make()
         assert "\n" not in str(e.value) and "--workers" in str(e.value)
     with pytest.raises(UsageError, match="--workers-per-gpu applies to --executor local, not serial"):
-        usable(ExecutorOptions(kind="serial", workers_per_gpu=2))
+        usable(ExecutorOptions(kind="serial", own=LocalOptions(workers_per_gpu=2)))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -135,7 +135,7 @@ def test_two_workers_share_one_gpu(sweep, tmp_path):
     folder, cells, _ = sweep
     console = quiet()
     run_plan(cells[:2], tmp_path / "run", device="cuda", console=console,
-             executor=ExecutorOptions(kind="local", workers_per_gpu=2, cpus_per_cell=1))
+             executor=ExecutorOptions(kind="local", own=LocalOptions(workers_per_gpu=2), cpus_per_cell=1))
     assert "local pool of 2 worker(s)" in console.file.getvalue()
     results = RunDir(tmp_path / "run").load_cells()[0]
     assert len(results) == 2 and {r["device"] for r in results} == {"cuda"}

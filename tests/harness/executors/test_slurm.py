@@ -40,8 +40,7 @@ def test_submitit_jobs_give_the_serial_numbers_and_are_listed(sweep, tmp_path, c
 
 def test_the_slurm_settings_reach_sbatch(tmp_path, monkeypatch):
     need("submitit")
-    from tmem_bench.cli.args import sbatch_options
-    from tmem_bench.harness.executors.slurm import SubmititJobs
+    from tmem_bench.harness.executors.slurm import SubmititJobs, sbatch_options
 
     bin_dir = tmp_path / "bin"  # stand-ins, so that submitit believes it is on a login node
     bin_dir.mkdir()

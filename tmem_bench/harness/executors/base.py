@@ -1,12 +1,14 @@
-"""What every engine shares: the registry of engines, the options they are given, how the dry run
-describes one (`Sketch`), the outcome of a failed cell, and the serial engine the others extend.
+"""What every engine shares: the registry of engines, the flags and options they are given, how
+the dry run describes one (`Sketch`), the outcome of a failed cell, and the `Executor` every engine
+extends.
 
 An engine is an Executor subclass that declares, in its own module, everything the rest of the
-package asks of it: its `name`, the flags it takes (`flags`), its own options (`Options`), the
+package asks of it: its `name` and `summary` (the `--executor` help), the command-line flags it
+takes (`flags`, each a `Flag`), its own options (`Options`, made from the parsed command line), the
 package its extra installs (`extra`), whether it can run here (`check`), how it is made (`make`)
 and how it describes itself for `--dry-run` without starting (`sketch`). `@engine` registers it;
-`make_executor`, `usable` (in the package's __init__, where every engine is registered), the dry
-run and the jobs record read ENGINES, never a list of names.
+the command line's engine flags, `make_executor`, `usable` (in the package's __init__, where every
+engine is registered), the dry run and the jobs record read ENGINES, never a list of names.
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import importlib.util
 import os
 import socket
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ...errors import UsageError
+from ...errors import UsageError, positive
 
 TICK_S = 0.5
 
@@ -34,17 +36,32 @@ def engine(cls: type[Executor]) -> type[Executor]:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """A flag of `tmem-bench run` that an engine takes: its name, what it means to this engine (the
+    help shows "ENGINE: help", joined with what it means to others that take it) and argparse's
+    settings, the same in every engine that declares the flag."""
+    name: str
+    help: str
+    settings: dict = field(default_factory=dict)  # type, metavar, default, action
+
+
+# Every engine takes it (shown without an engine's name): on the CPU a cell's numbers depend on its threads.
+CPUS_PER_CELL = Flag("--cpus-per-cell", "CPU cores (torch threads) each cell gets; the same count gives the same "
+                     "CPU numbers under every executor (default: this process's threads, or the cores split among "
+                     "workers)", {"type": positive, "metavar": "N"})
+
+
+@dataclass(frozen=True)
 class ExecutorOptions:
-    """The options every engine is given; each takes the flags it declares and ignores the rest."""
+    """The options every engine is given: those of flags more than one engine takes, and the
+    chosen engine's own; each engine reads the flags it declares, and one it does not is refused."""
     kind: str = "serial"
     workers: int | None = None  # local: processes; slurm: array tasks running at once
-    workers_per_gpu: int | None = None  # local: processes sharing each GPU
-    address: str | None = None  # ray: an existing cluster; None starts a local Ray
     cpus_per_cell: int | None = None
     gpus_per_cell: float | None = None
     # The engine's own options (an instance of its `Options`, such as slurm.SlurmOptions); None
-    # takes their defaults. The command line passes Slurm's whichever engine runs, so that a Slurm
-    # flag given to another engine is refused by name.
+    # takes their defaults. The command line passes every engine's (a tuple), so that a flag of one
+    # engine given to another is refused by name.
     own: Any = None
 
 
@@ -83,20 +100,22 @@ def failure(job: dict, error: BaseException | str, trace: str | None = None) -> 
             "traceback": trace or str(error), "host": socket.gethostname()}
 
 
-@engine
 class Executor:
-    """Runs cells in this process, one after another: the serial engine, and what every engine extends."""
-    name = "serial"
+    """What every engine extends: its declarations (defaults here) and the calls the driver makes."""
+    name: str  # the --executor value
+    summary: str  # what --executor's help says of it
     slots: int | None = 1  # cells running at once; None where the cluster decides
-    flags: tuple[str, ...] = ()  # the flags it takes besides --cpus-per-cell, which every engine takes
-    Options: type | None = None  # its own options (a dataclass with `given()`, the flags given), if any
+    flags: tuple[Flag, ...] = ()  # the flags it takes besides --cpus-per-cell, which every engine takes
+    Options: type | None = None  # its own options (a dataclass with `from_args(args)` and `given()`), if any
     extra: str | None = None  # the package its extra (named as the engine) installs, if it needs one
+    # Torch threads each cell sets; None leaves the driver's own. On the CPU a cell's numbers depend
+    # on them (sums split among threads round differently), so the same count gives the same
+    # numbers under every executor.
+    threads: int | None = None
 
-    def __init__(self, threads: int | None = None):
-        # Torch threads each cell sets; None leaves this process's own. On the CPU a cell's
-        # numbers depend on them (sums split among threads round differently), so the same
-        # count gives the same numbers under every executor.
-        self.threads = threads
+    @classmethod
+    def takes(cls, flag: str) -> bool:
+        return any(f.name == flag for f in cls.flags)
 
     @classmethod
     def check(cls, o: ExecutorOptions) -> None:
@@ -107,30 +126,22 @@ class Executor:
 
     @classmethod
     def make(cls, o: ExecutorOptions, run_dir, device: str) -> Executor:
-        return cls(o.cpus_per_cell)
+        raise NotImplementedError
 
     @classmethod
     def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
-        import torch
-
-        threads = o.cpus_per_cell or torch.get_num_threads()
-        return Sketch(f"one after another in this process, {threads} thread(s)", threads, 1)
+        raise NotImplementedError
 
     def describe(self) -> str:
-        threads = f", {self.threads} thread(s)" if self.threads else ""
-        return f"one after another in this process{threads}"
+        """How the cells run, after "running N cell(s) " in the run's first line."""
+        raise NotImplementedError
 
     def map(self, fn: Callable[[dict], Outcome], jobs: list[dict]) -> Iterator[Step]:
-        import torch
-
-        before = torch.get_num_threads()
-        try:
-            for job in jobs:
-                yield job, fn(job)
-        finally:
-            torch.set_num_threads(before)  # the driver's own setting outlives its cells
+        """`(job, outcome)` as each job's cell finishes, and None while waiting."""
+        raise NotImplementedError
 
     def record(self) -> dict:
+        """What jobs.json keeps of this engine besides its name and driver."""
         return {}
 
     def close(self) -> None:

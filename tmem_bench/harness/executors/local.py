@@ -9,10 +9,11 @@ import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Iterator
 
-from ...errors import UsageError
-from .base import TICK_S, Executor, ExecutorOptions, Sketch, Step, available_cores, engine, failure
+from ...errors import UsageError, check_int, positive
+from .base import TICK_S, Executor, ExecutorOptions, Flag, Sketch, Step, available_cores, engine, failure
 
 _started = None  # in a worker of a local pool: where it says which cell it starts
 
@@ -67,11 +68,33 @@ def _gpus(device: str) -> int:
     return torch.cuda.device_count() if device in ("auto", "cuda") else 0
 
 
+@dataclass(frozen=True)
+class LocalOptions:
+    """--workers-per-gpu, checked as it is made (--workers, which Slurm takes too, is ExecutorOptions')."""
+    workers_per_gpu: int | None = None  # processes sharing each GPU
+
+    def __post_init__(self):
+        if self.workers_per_gpu is not None:
+            check_int("--workers-per-gpu", self.workers_per_gpu)
+
+    @classmethod
+    def from_args(cls, args) -> LocalOptions:
+        return cls(workers_per_gpu=args.workers_per_gpu)
+
+    def given(self) -> list[str]:
+        return ["--workers-per-gpu"] * (self.workers_per_gpu is not None)
+
+
 @engine
 class LocalPool(Executor):
     """A pool of spawned processes on this machine; with GPUs, each worker pinned to one of them."""
     name = "local"
-    flags = ("--workers", "--workers-per-gpu")
+    summary = "a process pool"
+    flags = (Flag("--workers", "worker processes (default one per GPU, else one per core)",
+                  {"type": positive, "metavar": "N"}),
+             Flag("--workers-per-gpu", "worker processes sharing each GPU (N times the GPUs; a GPU is needed)",
+                  {"type": positive, "metavar": "N"}))
+    Options = LocalOptions
 
     def __init__(self, workers: int | None, cpus: int | None, gpus: int, per_gpu: int | None = None):
         self.gpus = gpus
@@ -80,12 +103,12 @@ class LocalPool(Executor):
 
     @classmethod
     def make(cls, o: ExecutorOptions, run_dir, device: str) -> LocalPool:
-        return cls(o.workers, o.cpus_per_cell, _gpus(device), o.workers_per_gpu)
+        return cls(o.workers, o.cpus_per_cell, _gpus(device), (o.own or LocalOptions()).workers_per_gpu)
 
     @classmethod
     def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:
         gpus = _gpus(device)
-        workers, threads = _size(o.workers, o.cpus_per_cell, gpus, o.workers_per_gpu)
+        workers, threads = _size(o.workers, o.cpus_per_cell, gpus, (o.own or LocalOptions()).workers_per_gpu)
         note = None
         if gpus == 0 and workers * threads > available_cores():
             note = (f"note: {workers} workers x {threads} threads exceed the {available_cores()} cores here; "

@@ -3,18 +3,36 @@ with the driver)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from ...errors import UsageError
-from .base import TICK_S, Executor, ExecutorOptions, Sketch, engine, failure, first_line, on_a_cluster
+from .base import TICK_S, Executor, ExecutorOptions, Flag, Sketch, engine, failure, first_line, on_a_cluster
 from .reaper import descendants, reap_when_gone
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """--address (--gpus-per-cell, which Slurm takes too, is ExecutorOptions')."""
+    address: str | None = None  # an existing cluster; None starts a local Ray
+
+    @classmethod
+    def from_args(cls, args) -> RayOptions:
+        return cls(address=args.address)
+
+    def given(self) -> list[str]:
+        return ["--address"] * (self.address is not None)
 
 
 @engine
 class RayTasks(Executor):
     """One Ray task per cell, on the cluster at `address` or on a local Ray started here."""
     name = "ray"
+    summary = "one Ray task per cell"
     slots = None
-    flags = ("--address", "--gpus-per-cell")
+    flags = (Flag("--address", "the address of a running Ray cluster (default: start a local Ray)",
+                  {"metavar": "ADDR"}),
+             Flag("--gpus-per-cell", "GPUs each cell gets, may be a fraction", {"type": float, "metavar": "N"}))
+    Options = RayOptions
     extra = "ray"
 
     def __init__(self, address: str | None, cpus: int | None, gpus: float | None):
@@ -36,7 +54,7 @@ class RayTasks(Executor):
 
     @classmethod
     def make(cls, o: ExecutorOptions, run_dir, device: str) -> RayTasks:
-        return cls(o.address, o.cpus_per_cell, o.gpus_per_cell)
+        return cls((o.own or RayOptions()).address, o.cpus_per_cell, o.gpus_per_cell)
 
     @classmethod
     def sketch(cls, o: ExecutorOptions, device: str) -> Sketch:

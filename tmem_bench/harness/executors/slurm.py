@@ -9,9 +9,9 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from ...errors import UsageError
+from ...errors import UsageError, positive
 from ..rundir import RunDir
-from .base import (ENGINES, TICK_S, Executor, ExecutorOptions, Sketch, engine, failure, first_line,
+from .base import (ENGINES, TICK_S, Executor, ExecutorOptions, Flag, Sketch, engine, failure, first_line,
                    on_a_cluster)
 
 LIVE_SLURM_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED")
@@ -51,17 +51,43 @@ class SlurmOptions:
             raise UsageError(f"--slurm-cluster {self.cluster!r} is unknown; allowed: {', '.join(CLUSTERS)}")
         minutes(self.time)
 
+    @classmethod
+    def from_args(cls, args) -> SlurmOptions:
+        return cls(partition=args.slurm_partition, time=args.slurm_time, options=sbatch_options(args.slurm_option),
+                   cluster=args.slurm_cluster)
+
     def given(self) -> list[str]:
         """The flags given that no other engine takes (a time and a cluster always have a value)."""
         return ["--slurm-partition"] * (self.partition is not None) + ["--slurm-option"] * bool(self.options)
+
+
+def sbatch_options(items: list[str]) -> dict[str, str]:
+    """--slurm-option KEY=VALUE items -> extra sbatch options (`account=proj` becomes `--account=proj`)."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key or not value:
+            raise UsageError(f"--slurm-option {item!r} is malformed; expected KEY=VALUE (for example account=proj)")
+        options[key.replace("-", "_")] = value
+    return options
 
 
 @engine
 class SubmititJobs(Executor):
     """A job array through submitit: on Slurm, or as processes here with cluster 'local'."""
     name = "slurm"
+    summary = "a job array through submitit"
     slots = None
-    flags = ("--workers", "--gpus-per-cell", "--slurm-partition", "--slurm-option")
+    flags = (Flag("--workers", "array tasks at once", {"type": positive, "metavar": "N"}),
+             Flag("--gpus-per-cell", "GPUs each cell gets, whole", {"type": float, "metavar": "N"}),
+             Flag("--slurm-partition", "the partition the jobs are submitted to", {"metavar": "NAME"}),
+             Flag("--slurm-time", "time limit per cell, MINUTES, H:MM:SS or D-HH:MM:SS (default 240 minutes)",
+                  {"default": "240", "metavar": "TIME"}),
+             Flag("--slurm-option", "an extra sbatch option (repeatable), e.g. account=proj, qos=high, "
+                  "constraint=a100", {"action": "append", "default": [], "metavar": "KEY=VALUE"}),
+             Flag("--slurm-cluster", "'local' runs the jobs as processes on this machine through submitit, to "
+                  "try a setup", {"default": "slurm", "metavar": "slurm|local"}))
     Options = SlurmOptions
     extra = "submitit"
 
