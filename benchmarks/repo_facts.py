@@ -66,9 +66,22 @@ def stale(root: Path = ROOT) -> list[str]:
         for name, value in stated(path.read_text()):
             if name not in facts and name != "clone_git_mb":
                 out.append(f"{path.relative_to(root)}: unknown fact {name!r}")
-            elif name in facts and value != facts[name]:
+            elif name in facts and value != facts[name] and not _close_enough(name, value, facts[name]):
                 out.append(f"{path.relative_to(root)}: {name} is {facts[name]!r}, the doc says {value!r}")
     return out
+
+
+# A clone's history weighs what its packing makes of it: a fresh clone and the repository it came
+# from differ by a few MB, which can straddle a rounding boundary. Within this of the stated size
+# the statement holds.
+CLONE_TOLERANCE_MB = 10
+
+
+def _close_enough(name: str, stated_value: str, computed: str) -> bool:
+    if name != "clone_git_mb":
+        return False
+    numbers = [re.search(r"\d+", v) for v in (stated_value, computed)]
+    return all(numbers) and abs(int(numbers[0][0]) - int(numbers[1][0])) <= CLONE_TOLERANCE_MB
 
 
 def write(root: Path = ROOT) -> None:
