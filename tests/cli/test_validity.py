@@ -15,7 +15,7 @@ def test_a_toy_run_given_as_the_external_one_is_refused_in_one_line(capsys, tmp_
     one_line_error(*cli(["validity", STUDY, STUDY, "--out", tmp_path], capsys)[::2], "no closed-loop returns")
 
 
-def test_validity_of_a_tiny_external_run_writes_its_table_figure_and_markdown(tmp_path, capsys):
+def test_validity_of_a_tiny_external_run_writes_its_table_figure_and_markdown(tmp_path, capsys, monkeypatch):
     pytest.importorskip("popgym")
     from tmem_bench.harness.plan import Overrides, plan_run
     from tmem_bench.harness.runner import run_plan
@@ -23,17 +23,20 @@ def test_validity_of_a_tiny_external_run_writes_its_table_figure_and_markdown(tm
     plan = plan_run("popgym_repeat_first", "external",
                     Overrides(models=["lstm", "base", "linear"], steps=2, seeds=[0, 1]))
     run_plan([c for c in plan.cells if c.train["lr"] == 1e-3], tmp_path / "ext", device="cpu")
+    monkeypatch.chdir(tmp_path)
     code, out, err = cli(["validity", STUDY, ROOT / "docs/runs/capacity_converge", tmp_path / "ext",
                           "--resamples", "100"], capsys)
     assert code == 0, err
-    table = pd.read_csv(tmp_path / "ext/validity/validity.csv")
+    # By default a new folder under runs/, never the external run's own (a committed table there stays).
+    assert not (tmp_path / "ext" / "validity").exists()
+    table = pd.read_csv(tmp_path / "runs/validity-ext/validity.csv")
     # 3 study scores and 4 capacity scores, against accuracy, return and the mean return over all levels
     # and over those kept (2 steps leave every model below +1 and one above chance: RepeatFirst is kept)
     assert len(table) == 7 * 4 and set(table["n_models"]) == {3}
     assert set(table["models"]) == {"base linear lstm"}
     assert table["tau"].between(-1, 1).all()
     for name in ("validity.md", "validity.png", "validity.svg"):
-        assert (tmp_path / "ext/validity" / name).is_file()
+        assert (tmp_path / "runs/validity-ext" / name).is_file()
     assert "written:" in out and "strongest relation" in out
 
 

@@ -20,7 +20,8 @@ def add_validity_parser(sub, debug) -> None:
     validity.add_argument("runs", nargs="+", metavar="RUN",
                           help="one or more toy runs (e.g. docs/runs/study_converge docs/runs/capacity_converge), "
                                "then the external run (of the external profile), last")
-    validity.add_argument("--out", metavar="DIR", help="where validity.md, .csv and .png go (default EXTERNAL_RUN/validity)")
+    validity.add_argument("--out", metavar="DIR", help="where validity.md, .csv and .png go (default "
+                          "runs/validity-EXTERNAL_RUN's name: a new folder, never a committed table unless named)")
     validity.add_argument("--resamples", default="10000", metavar="N", help="bootstrap resamples of the models (default 10000)")
     validity.add_argument("--hypothesis", metavar="FILE",
                           help="the TOML statement of the confirmatory pair (default docs/external-validity-hypothesis.toml "
@@ -36,7 +37,7 @@ def cmd_validity(args) -> int:
     resamples = check_int("--resamples", args.resamples, maximum=MAX_RESAMPLES)
     if args.hypothesis and not Path(args.hypothesis).is_file():
         raise UsageError(f"--hypothesis {args.hypothesis} is not a file; give the TOML statement of the confirmatory pair")
-    out = Path(args.out) if args.out else Path(external) / "validity"
+    out = Path(args.out) if args.out else Path("runs") / f"validity-{Path(external).resolve().name}"
     writable_folder(out)  # before minutes of resampling, not after
     validity = write_validity(toys, external, out, resamples, Path(args.hypothesis) if args.hypothesis else HYPOTHESIS)
     print("\n".join(summary(validity)))
