@@ -60,7 +60,7 @@ def _check_run(run_dir: str, seeds: list[int] | None) -> set[str]:
     cells the report leaves out (learning-rate trials at an lr not chosen), which the probe skips:
     no verdict or table reads their state."""
     from ..harness.rundir import RunDir
-    from ..report.lr_choice import searches
+    from ..report.selection_recomputed import searches
 
     run = RunDir.existing(run_dir)
     out = run.state_probe_path

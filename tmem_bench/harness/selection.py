@@ -1,6 +1,11 @@
-"""Learning-rate selection: each search's lr chosen from its trials' accuracy on the validation
-set (never the evaluation sets), the same rule for every model, as zoology reports each model at
-its best of a learning-rate grid. Where a search has a second selection seed and its best two lrs
+"""Learning-rate selection, the rule (one of three modules, named by what each does): this one chooses
+each search's lr during a run (the runner and the leaderboard's entries call `choose`);
+report/selection_recomputed.py makes the choices again from a run's cells for the report, by this rule;
+report/selection_table.py draws the report's table of them.
+
+Each search's lr is chosen from its trials' accuracy on the validation set (never the evaluation
+sets), the same rule for every model, as zoology reports each model at its best of a learning-rate
+grid. Where a search has a second selection seed and its best two lrs
 are within the margin of thresholds.toml's [selection], one seed cannot tell them apart: both are
 trained at the second seed too and the mean over the two seeds chooses."""
 from __future__ import annotations

@@ -14,7 +14,7 @@ from ..errors import UsageError
 from ..harness.results import gate_rows, history_rows, loop_steps_per_s, rows
 from ..harness.rundir import RunDir
 from ..registry import BUILTIN_TASKS
-from .lr_choice import searches
+from .selection_recomputed import searches
 
 TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first

@@ -10,7 +10,7 @@ from .claims import TIMING_RULES, Claim, ClaimSpec, PowerSpec, load_claims
 from .data import RunData, model_order, slug, task_label, task_order, variant_order
 from .external import external_section
 from .power import model_rows, power_lines, power_rule
-from .selection import selection_lines
+from .selection_table import selection_lines
 from .stats import BOOTSTRAP_FROM, N_BOOT, interval_label
 from .tables import final_gate_table, fmt_ci, fmt_pct, fmt_points, md_table, reliance_frame, summary_markdown
 from .views import sweep_axis, train_level_rank

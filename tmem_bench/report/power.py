@@ -9,7 +9,7 @@ import pandas as pd
 from .budget import budget_note, point
 from .claims import PowerSpec, ReachSpec, load_power, load_reach
 from .data import RunData, model_order, per_seed, task_order, variant_order
-from .selection import lr_note
+from .selection_table import lr_note
 from .stats import BUDGET, EPS, INCONCLUSIVE, diff_ci, mean_ci
 from .tables import fmt_pct, level_sort_key
 

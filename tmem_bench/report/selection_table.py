@@ -1,5 +1,6 @@
-"""The learning-rate selection as the report shows it: per search, the validation accuracy at every
-lr of the grid and the lr chosen, so a reader can see whether the grid bracketed each optimum."""
+"""The report's learning-rate selection table: per search, the validation accuracy at every lr of the
+grid and the lr chosen, so a reader can see whether the grid bracketed each optimum. It draws the
+records report/selection_recomputed.py makes from the cells by harness/selection.py's rule."""
 from __future__ import annotations
 
 from .data import MODEL_ORDER, RunData, ordered

@@ -1,4 +1,5 @@
-"""The learning-rate choices a report shows, made again from the run's cells.
+"""The learning-rate choices a report shows, made again from the run's cells (harness/selection.py
+chooses during the run; report/selection_table.py draws the table).
 
 selection.json says which cells are the trials of which search; every choice is then recomputed
 from those trials' results by the rule the run chose with (selection.choose), as resume and submit
