@@ -99,7 +99,7 @@ LAYERS = (
     ("harness", ("tmem_bench.harness",)),
     ("report", ("tmem_bench.report",)),
     ("leaderboard", ("tmem_bench.leaderboard",)),
-    ("cli", ("tmem_bench.cli", "tmem_bench.__main__")),  # __main__: `python -m tmem_bench`
+    ("cli", ("tmem_bench.cli",)),
     ("the package's face", ("tmem_bench",)),
 )
 
