@@ -46,9 +46,11 @@ def test_submit_validate_build_round_trip(pristine, tmp_path, capsys):
     assert main(["leaderboard", "build", "--leaderboard", str(board)]) == 0
     readme = (board / "README.md").read_text()
     assert "## coordinate_binding (profile tiny~" in readme and "## no_harm (profile tiny~" in readme
-    row = next(line for line in readme.splitlines() if line.startswith("| 1 | [Tiny"))
+    # A few steps leave both at chance, so unranked with that reason: the score is shown all the same.
+    section = readme.split("## coordinate_binding (profile tiny~")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if "[Tiny (" in line]
     best = max(load(board, s)["scores"][0]["score"] for s in ("tiny-base", "tiny-lstm"))
-    assert f"| {100 * best:.1f} |" in row
+    assert rows and any(f"| {100 * best:.1f} |" in row for row in rows), rows
     page = (board / "index.html").read_text()
     assert '<script type="application/json" id="board-data">' in page
     assert "http" not in page.replace("https://example.org/tiny", "").replace("http://www.w3.org/2000/svg", "")
@@ -81,7 +83,9 @@ def test_an_entry_with_one_seed_is_valid_but_unranked(pristine, tmp_path, capsys
     assert main(["leaderboard", "submit", str(run_dir), "--name", "One seed", "--leaderboard", str(board)]) == 0
     assert load(board, "one-seed")["ranked"] is False
     assert main(["leaderboard", "build", "--leaderboard", str(board)]) == 0
-    assert "| unranked (1 seed) | One seed |" in (board / "README.md").read_text()
+    # Unranked with its reason where its rank would be (3 steps may also leave it at chance, said first).
+    row = next(line for line in (board / "README.md").read_text().splitlines() if "| One seed |" in line)
+    assert row.startswith(("| unranked (1 seed) |", "| unranked (at chance) |")), row
 
 
 def test_a_diverged_cell_is_refused_at_submit_and_rejected_at_validate(tmp_path):
