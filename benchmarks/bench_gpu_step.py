@@ -24,20 +24,14 @@ from pathlib import Path
 
 import torch
 
-from bench_tensor_step import step_fn  # the CPU benchmark's step, beside this file
+from bench_tensor_step import build, cpu_info, slug, step_fn  # the CPU benchmark's, beside this file
 from tmem_bench.contracts.device import hardware, resolve_device
-from tmem_bench.contracts.model import TaskModel
-from tmem_bench.registry import backbone_names, get_backbone, get_task
+from tmem_bench.registry import backbone_names, get_task
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = ((128, 20), (128, 100), (1024, 100))  # (batch, n_writes): 24 and 104 tokens
 SIZE = dict(d_model=64, n_layers=2, n_heads=4)
 TENSOR = dict(channels=16, grid=6, chunk_size=1)
-
-
-def build(task, name: str, device, **options) -> TaskModel:
-    torch.manual_seed(0)
-    return TaskModel(task.make_adapter(SIZE["d_model"]), get_backbone(name, **SIZE, **options)).to(device)
 
 
 def timed(fn, device) -> float:
@@ -52,10 +46,6 @@ def timed(fn, device) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1e3
-
-
-def slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
 
 
 def main():
@@ -80,13 +70,13 @@ def main():
         batch = task.sample({"n_writes": n_writes, "noise": 0.05}, batch_size, torch.Generator().manual_seed(0))
         batch = {k: v.to(device) for k, v in batch.items()}
         tokens = task.make_adapter(SIZE["d_model"])(batch).shape[1]
-        models = {"base": build(task, "base", device)}
+        models = {"base": build(task, "base", **SIZE).to(device)}
         for name in others:
-            models[name] = build(task, name, device)
+            models[name] = build(task, name, **SIZE).to(device)
         for kernel in kernels:
             if kernel in ("compiled", "eager") and shape_index >= args.slow_shapes:
                 continue
-            models[f"tensor ({kernel})"] = build(task, "tensor", device, **TENSOR, kernel=kernel)
+            models[f"tensor ({kernel})"] = build(task, "tensor", **SIZE, **TENSOR, kernel=kernel).to(device)
         steps = {name: step_fn(m, batch) for name, m in models.items()}
         first = {name: timed(fn, device) for name, fn in steps.items()}
         times = {name: [] for name in steps}
@@ -108,6 +98,7 @@ def main():
         del models, steps
     result = {
         "device": hardware(device),
+        "cpu": cpu_info(),  # model and vector extensions: the host's, and the numbers' where device is the CPU
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": _triton_version(),
