@@ -8,10 +8,10 @@ import tomllib
 import pytest
 
 from tests.helpers import ROOT
-from tests.report.helpers import RunBuilder, trained
-from tmem_bench.diagnostics.convergence import convergence, load_early_stop, should_stop
+from tests.report.helpers import RunBuilder, as_planned, trained, write_selection
+from tmem_bench.diagnostics.convergence import convergence, load_early_stop, should_stop, stopped_too_early
 from tmem_bench.harness.results import read_cell, rows
-from tmem_bench.report import load_run
+from tmem_bench.report import load_run, write_report
 from tmem_bench.report.budget import point
 from tmem_bench.thresholds import checked
 
@@ -111,3 +111,37 @@ def test_a_plateau_converges_and_a_falling_curve_does_not():
     assert convergence(falling, None)["converged"] is False
     assert convergence(flat, None) == {"converged": True, "on": "train_loss", "rule": vars(RULE)}
     assert convergence(falling[:6], None)["converged"] is None  # steps 100, 200, 300: too few to tell
+
+
+def test_a_cell_stopped_where_the_current_rule_would_train_on_is_named_in_the_report(tmp_path):
+    """A cell early stopping stopped ("converged") while its loss was still falling 10% a check was
+    stopped by another rule: the report names it, with its step; one stopped on a plateau, or run to
+    its cap, is not named."""
+    b = RunBuilder(tmp_path)
+    ids = {label: b.cell("coordinate_binding", label, 0, (50, 0.05), {(50, 0.05): 0.85})
+           for label in ("base", "tensor", "slots")}
+    b.manifest()
+    for label, converged, stopped in (("base", False, "converged"), ("tensor", True, "converged"),
+                                      ("slots", False, "cap")):
+        path = tmp_path / "cells" / f"{ids[label]}.json"
+        result = {**read_cell(path), **trained(converged), "stopped": stopped}
+        path.write_text(json.dumps(result))
+        assert stopped_too_early(result) is (label == "base")
+    text = write_report(tmp_path).path.read_text()
+    section = text.split("## Stopped by a retired rule\n")[1].split("\n## ")[0]
+    named = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(named) == 1 and named[0].startswith("- coordinate_binding base seed 0") and "of " in named[0]
+    assert "1 cell read in this report" in section and "learning-rate trials" not in section
+
+
+def test_a_trial_at_an_lr_not_chosen_that_a_retired_rule_stopped_is_named_apart(tmp_path):
+    """The selection read it, the report's tables do not: it is named as a learning-rate trial."""
+    b = RunBuilder(tmp_path)
+    made = [as_planned(tmp_path, b.cell("occlusion", "tensor", 0, (6,), {(6,): acc}), acc, lr)
+            for lr, acc in ((1e-3, 0.9), (1e-2, 0.3))]
+    write_selection(tmp_path, [cell for cell, _ in made], (), [result for _, result in made])
+    path = tmp_path / "cells" / f"{made[1][0].id}.json"
+    path.write_text(json.dumps({**read_cell(path), **trained(False), "stopped": "converged"}))
+    section = write_report(tmp_path).path.read_text().split("## Stopped by a retired rule\n")[1].split("\n## ")[0]
+    assert "1 learning-rate trial at an lr not chosen" in section and "read in this report" not in section
+    assert "- occlusion tensor seed 0 lr 0.01 at" in section

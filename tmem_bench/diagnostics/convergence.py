@@ -62,3 +62,16 @@ def convergence(history: list[dict], checks: list[dict] | None, rule: EarlyStopR
         losses = [h["loss"] for i, h in enumerate(logged) if h["step"] % rule.every == 0 or i == len(logged) - 1]
         on = "train_loss"
     return {"converged": plateaued(losses, rule), "on": on, "rule": asdict(rule)}
+
+
+def stopped_too_early(result: dict, rule: EarlyStopRule | None = None) -> bool:
+    """Whether early stopping stopped a cell ("converged") at a step where `rule` (the current one)
+    had not yet stopped at any of its stored validation checks: a cell stopped by a rule since retired,
+    which the current rule would have trained on."""
+    checks = result.get("validation_checks") or []
+    if result.get("stopped") != "converged" or not checks:
+        return False
+    train_level = result["cell"]["train_level"]
+    chance = next((e["chance"] for e in result["eval"] if e["level"] == train_level), result["eval"][0]["chance"])
+    rule = rule or load_early_stop()
+    return not any(should_stop(checks[:i + 1], chance, rule) for i in range(len(checks)))

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import pandas as pd
 
-from ..diagnostics.convergence import convergence
+from ..diagnostics.convergence import convergence, stopped_too_early
 from ..files import write_atomic
 from ..levels import level_key
 from ..schema import describe, violations
@@ -190,6 +190,7 @@ def rows(result: dict) -> list[dict]:
             "steps_run": steps_run(result),
             # A cell from before early stopping ran its fixed budget, or diverged.
             "stopped": result.get("stopped") or ("diverged" if result.get("status") == "diverged" else "cap"),
+            "stopped_too_early": stopped_too_early(result),
             "causality": result.get("causality", {}).get("verdict"),
             "status": result.get("status", "finished"),
             "diverged_at_step": result.get("diverged_at_step"),

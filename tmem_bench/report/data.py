@@ -33,6 +33,8 @@ class RunData:
     task_options: dict[tuple[str, str], dict] = field(default_factory=dict)  # (task, variant) -> its options
     selection: list[dict] = field(default_factory=list)  # the run's learning-rate searches (selection.json)
     state_probe: dict | None = None  # state_probe.json where `tmem-bench probe` was run and it reads
+    # learning-rate trials not at the chosen lr (read by the selection only) that a retired rule stopped early
+    trials_stopped_too_early: list[dict] = field(default_factory=list)
 
     @property
     def dir(self) -> RunDir:
@@ -70,6 +72,7 @@ def load_run(run_dir) -> RunData:
     problems.extend(errors)
     selection, left_out, found = searches(run_dir, results, manifest)
     problems.extend(found)
+    trials = [row for r in results if r["cell_id"] in left_out for row in rows(r)[:1] if row["stopped_too_early"]]
     results = [r for r in results if r["cell_id"] not in left_out]
     stored_ids = run_dir.stored()
     failures = run_dir.failures()
@@ -86,7 +89,7 @@ def load_run(run_dir) -> RunData:
     probe, probe_accuracy, problem = read_state_probe(run_dir)
     problems.extend([problem] if problem else [])
     data = run_data(results, run_dir.path, manifest, problems, probe_accuracy)
-    data.selection, data.state_probe = selection, probe
+    data.selection, data.state_probe, data.trials_stopped_too_early = selection, probe, trials
     return data
 
 

@@ -50,8 +50,32 @@ def _header(data: RunData) -> list[str]:
                 "weights, so their accuracies say how far training got, not what the model can learn:", ""]
         out += [f"- {r['task']} {r['label']} seed {r['seed']} at {r['train_level']}: "
                 f"step {int(r['diverged_at_step'])} of {r['steps']}" for _, r in diverged.iterrows()]
-    return out
+    return out + _retired_stops(data)
 
+
+def _retired_stops(data: RunData) -> list[str]:
+    """The cells early stopping stopped under a rule since retired, where the current one would not
+    have stopped yet: their points are read as still learning, and the reader should know why; the
+    learning-rate trials among them chose their model's lr on a shortened run."""
+    table = data.table
+    early = table[table["stopped_too_early"].fillna(False).astype(bool)].drop_duplicates("cell_id") \
+        if not table.empty else table
+    trials = pd.DataFrame(data.trials_stopped_too_early)
+    if early.empty and trials.empty:
+        return []
+    out = ["", "## Stopped by a retired rule", "",
+           "Early stopping stopped these cells under a rule the suite has since retired: replayed on their "
+           "stored validation checks, the current patience rule (thresholds.toml's [early_stop]) had not "
+           "stopped them yet, so they would have trained on."]
+    for frame, what in ((early, "cell{s} read in this report, whose points read as still learning"),
+                        (trials, "learning-rate trial{s} at an lr not chosen, read by the selection only")):
+        if frame.empty:
+            continue
+        frame = frame.sort_values(["task", "variant", "label", "train_level", "seed", "lr"])
+        out += ["", f"{len(frame)} " + what.format(s="" if len(frame) == 1 else "s") + ":", ""] + [
+            f"- {task_label(r['task'], r['variant'])} {r['label']} seed {r['seed']} lr {r['lr']:g} at "
+            f"{r['train_level']}: stopped at step {r['steps_run']} of {r['steps']}" for _, r in frame.iterrows()]
+    return out
 
 def _models(data: RunData, spec: PowerSpec) -> list[str]:
     """One line per model of the run, first thing after the run's facts: at the level it was trained
