@@ -38,8 +38,9 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tmem_bench.contracts.device import eval_chunk
 from tmem_bench.contracts.model import TaskModel
-from tmem_bench.harness.train import EVAL_BATCH, evaluate, loss_and_accuracy
+from tmem_bench.harness.train import evaluate, loss_and_accuracy
 from tmem_bench.registry import get_backbone, get_task
 from tmem_bench.tensor_memory import native, torch_scan
 from tmem_bench.tensor_memory.naive import naive_twin
@@ -265,7 +266,7 @@ def main():
                      "n_queries": 4, **size, **tensor_opts, "threads": torch.get_num_threads(),
                      "repeats": args.repeats, "naive_repeats": args.naive_repeats,
                      "eval": {"levels_n_writes": list(EVAL_LEVELS), "eval_size": EVAL_SIZE,
-                              "eval_batch": EVAL_BATCH} if args.eval else None},
+                              "eval_batch": eval_chunk(torch.device("cpu"))} if args.eval else None},
         "cpu": cpu,
         "native_variant": variant,
         "isa_caps": {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)},

@@ -134,3 +134,58 @@ def test_every_cell_saves_weights_that_reproduce_its_accuracy(tmp_path):
                                            Overrides(models=["base"])).cells[0])
     with pytest.raises(ValueError, match="does not fit"):
         load_weights(RunDir(tmp_path / "run").weights_path(cell.id), other)
+
+
+@pytest.mark.parametrize("bad", [1, 5, 13])
+def test_a_non_finite_loss_found_at_the_next_read_leaves_the_weights_of_the_step_before_it(monkeypatch, bad):
+    """The loss is read only at a log (every 5 steps here): a loss that turns non-finite at step
+    `bad` is found there, and training is replayed from the read before it, so the cell ends as if
+    it had stopped right before `bad`: the same weights and logged losses as a cell trained to bad - 1."""
+    from tmem_bench.harness import train as train_module
+
+    (cell,) = tiny_cells(steps=15)[:1]
+    cell = cell.__class__(**{**cell.__dict__, "train": {**cell.train, "log_every": 5}})
+    real, calls = train_module.loss_and_accuracy, []
+
+    def poisoned(model, batch):
+        loss, acc = real(model, batch)
+        if model.training:
+            calls.append(len(calls) + 1)
+            if calls[-1] == bad:
+                loss = loss * float("nan")
+        return loss, acc
+
+    monkeypatch.setattr(train_module, "loss_and_accuracy", poisoned)
+    result, model = train_module.train_cell(cell, "cpu")
+    monkeypatch.setattr(train_module, "loss_and_accuracy", real)
+    assert (result["status"], result["diverged_at_step"], result["steps_run"]) == ("diverged", bad, bad - 1)
+    assert len(calls) > bad  # found at a later read, not at the step itself
+    weights = model.state_dict()
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    if bad == 1:
+        assert result["history"] == []
+        return
+    reference, ref_model = train_module.train_cell(
+        cell.__class__(**{**cell.__dict__, "train": {**cell.train, "steps": bad - 1}}), "cpu")
+    assert [h["loss"] for h in result["history"]] == [h["loss"] for h in reference["history"]]
+    assert all(torch.equal(w, ref_model.state_dict()[k]) for k, w in weights.items())
+    assert [e["accuracy"] for e in result["eval"]] == [e["accuracy"] for e in reference["eval"]]
+
+
+def test_tf32_is_recorded_in_each_cell_only_when_asked_and_refused_without_a_gpu(tmp_path, capsys):
+    from tests.helpers import cli
+    from tmem_bench.contracts.device import matmul_precision
+
+    plain, fast = tiny_cells(), tiny_cells(tf32=True)
+    assert all("tf32" not in c.train for c in plain) and all(c.train["tf32"] is True for c in fast)
+    assert not {c.id for c in plain} & {c.id for c in fast}  # never read as the same cell
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with matmul_precision(True):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    with matmul_precision(False):
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    if not torch.cuda.is_available():
+        code, _, err = cli(["run", "coordinate_binding", "--tf32", "--out", tmp_path / "run"], capsys)
+        assert code != 0 and err.strip().count("\n") == 0 and "--tf32" in err and "has none" in err
+        assert not (tmp_path / "run").exists()

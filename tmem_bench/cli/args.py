@@ -7,12 +7,15 @@ MAX_SEEDS = 1000  # seeds per cell from a count; a list may name any seeds
 DEVICES = ("auto", "cpu", "cuda")
 
 
-def check_device(name: str) -> str:
-    """--device, refused in one line where it asks for CUDA and there is none."""
+def check_device(name: str, tf32: bool = False) -> str:
+    """--device, refused in one line where it asks for CUDA and there is none, or where --tf32 asks
+    for CUDA's matrix products on a run that will not have them."""
     import torch
 
     if name == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available here; allowed: auto, cpu")
+    if tf32 and (name == "cpu" or not torch.cuda.is_available()):
+        raise UsageError(f"--tf32 sets the matrix products of a CUDA device, and this run (--device {name}) has none")
     return name
 
 

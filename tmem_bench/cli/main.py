@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--selection-only", action="store_true",
                      help="train only the learning-rate trials and second selection seeds, write selection.json, stop")
     run.add_argument("--device", default="auto", choices=DEVICES, help="auto picks CUDA when available")
+    run.add_argument("--tf32", action="store_true",
+                     help="CUDA: matrix products in TF32 (faster, less precise; recorded in each cell, so its "
+                          "numbers are not compared with float32 ones as the same cell)")
     run.add_argument("--out", help="run directory (default runs/TASK-PROFILE); rerunning resumes it")
     run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
     run.add_argument("--append", action="store_true",

@@ -31,9 +31,10 @@ def cmd_run(args) -> int:
     from ..harness.runner import run_plan
     from ..report import run_data, summary_rich
 
-    check_device(args.device)
+    check_device(args.device, args.tf32)
     overrides = Overrides(models=models, levels=levels, train_at=train_at, seeds=seeds, steps=args.steps,
-                          batch_size=args.batch_size, selection_only=args.selection_only or None)
+                          batch_size=args.batch_size, selection_only=args.selection_only or None,
+                          tf32=args.tf32 or None)
     plan = plan_run(args.task, args.profile, overrides)
     check_sizes(plan.cells, args.device)
     out = Path(args.out or f"runs/{args.task}-{Path(args.profile).stem}")

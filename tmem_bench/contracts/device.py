@@ -3,6 +3,7 @@ instruction set (on the CPU, numbers differ between them) or the GPU, and moving
 from __future__ import annotations
 
 import platform
+from contextlib import contextmanager
 
 import torch
 
@@ -31,5 +32,28 @@ def hardware(device: torch.device) -> str:
     return f"{cpu_model()}, {torch.backends.cpu.get_cpu_capability()}"
 
 
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+def eval_chunk(device: torch.device) -> int:
+    """Sequences per forward pass where nothing is trained (evaluation, probes): on a GPU as many as
+    keep it busy; on the CPU a batch whose activations stay near the cores' caches, which also keeps
+    the CPU numbers those of every earlier run."""
+    return 4096 if device.type == "cuda" else 512
+
+
+@contextmanager
+def matmul_precision(tf32: bool):
+    """CUDA's float32 matrix products and convolutions in TF32 while inside, as they were after."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def to_device(batch: Batch, device: str | torch.device) -> Batch:
+    """The batch on `device`. To a GPU through pinned memory: a copy from pageable memory waits for
+    the work queued before it, which would make every step wait for the last."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: (v.pin_memory() if v.device.type == "cpu" else v).to(device, non_blocking=True) for k, v in batch.items()}

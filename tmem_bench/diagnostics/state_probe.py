@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..contracts.device import to_device
+from ..contracts.device import eval_chunk, to_device
 from ..contracts.model import TaskModel
 from ..contracts.task import Batch, Task, split_batch
 from ..errors import UsageError
@@ -127,7 +127,7 @@ class StateReader:
         length = int(evidence.nonzero().max()) + 1
         answers = answers.to(self.device)
         states, queries = [], []
-        for part in split_batch(batch, 512):
+        for part in split_batch(batch, eval_chunk(self.device)):
             part = to_device(part, self.device)
             state = self.model.memory_state(part, length)
             if not state:
@@ -159,8 +159,9 @@ class Standardise:
 @torch.no_grad()
 def accuracy(readout: nn.Module, data) -> float:
     states, queries, target = data
+    n = eval_chunk(states.device)
     correct = sum((readout(s, q).argmax(-1) == t).sum().item()
-                  for s, q, t in zip(states.split(512), queries.split(512), target.split(512)))
+                  for s, q, t in zip(states.split(n), queries.split(n), target.split(n)))
     return correct / target.numel()
 
 

@@ -32,6 +32,7 @@ from typing import Protocol
 
 import torch
 
+from ..contracts.device import eval_chunk
 from ..contracts.task import level_key
 from .plan import Cell
 from .rundir import RunDir
@@ -42,7 +43,6 @@ TIMED_STEPS = 2  # at the larger batch size; one at the smaller, which only anch
 # A shape whose warm-up step alone takes this long is timed once per batch size: such a cell's
 # cost is dominated by its step count, not by the noise of a single step.
 SLOW_STEP_S = 1.0
-EVAL_CHUNK = 512  # train.EVAL_BATCH: the evaluation's forward batch
 GENERATE_SAMPLE = 128  # examples generated to time an evaluation set's generation, per level
 CPU_SIZES = (8, 32)
 PROBE_ROWS = 32  # probe.causality_probe's max_positions: at most this many rows per forward pass
@@ -182,7 +182,8 @@ class MeasuredCost:
         setup_s = (build_s + PROBE_FORWARDS * train_forward(min(PROBE_ROWS, max(train_len - 1, 1)))
                    + REACH_PASSES * step(REACH_ROWS))
         size = cell.train["eval_size"]
-        chunks = [EVAL_CHUNK] * (size // EVAL_CHUNK) + ([size % EVAL_CHUNK] if size % EVAL_CHUNK else [])
+        chunk = eval_chunk(self.device)
+        chunks = [chunk] * (size // chunk) + ([size % chunk] if size % chunk else [])
 
         def evaluation(level: dict, passes: int) -> float:
             generate = self.generate[(cell.task, _options_key(cell.task_options), level_key(level))]
@@ -269,7 +270,6 @@ class MeasuredCost:
             t = time.perf_counter()
             batch = to_device(task.sample(cell.train_level, n, generator), self.device)
             loss, _ = loss_and_accuracy(model, batch)
-            loss.item()  # run_cell reads the loss every step (its divergence check), which syncs
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cell.train["grad_clip"])
@@ -286,7 +286,7 @@ class MeasuredCost:
         cell, level = self.eval_at[key][length]
         task = cell.task_object()
         model = self._built(key, cell).eval()
-        sizes = self._sizes(min(cell.train["eval_size"], EVAL_CHUNK))
+        sizes = self._sizes(min(cell.train["eval_size"], eval_chunk(self.device)))
         batches = {n: to_device(task.sample(level, n, torch.Generator().manual_seed(0)), self.device) for n in sizes}
 
         def forward(n: int) -> float:

@@ -113,6 +113,8 @@ class Overrides:
     # The early-stopping rule to record in the cells, where it comes from cells already trained (a
     # board re-planning an entry made under an earlier rule); None: thresholds.toml's [early_stop].
     early_stop: dict | None = None
+    # CUDA's matrix products in TF32 (--tf32); recorded in each cell, and so in its id, only when set.
+    tf32: bool | None = None
 
 
 def _model_entries(entries: list) -> list[tuple[str, str, dict, dict]]:
@@ -325,6 +327,8 @@ def _train_settings(train: dict, overrides: Overrides) -> tuple[dict, list[int]]
         # The rule travels with the cell (and so into its id): the cell stops where its own
         # settings say, whatever thresholds.toml says when it is read again.
         recorded["early_stop"] = overrides.early_stop or asdict(load_early_stop())
+    if overrides.tf32:
+        recorded["tf32"] = True
     return recorded, list(seeds)
 
 

@@ -1,7 +1,7 @@
 """Train and evaluate one Cell. A cell needs nothing but its own description."""
 from __future__ import annotations
 
-import math
+import copy
 import time
 from dataclasses import asdict, is_dataclass
 from typing import Callable
@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..contracts.device import hardware, resolve_device, to_device
+from ..contracts.device import eval_chunk, hardware, matmul_precision, resolve_device, to_device
 from ..contracts.model import TaskModel
 from ..contracts.task import Batch, level_key, split_batch
 from ..diagnostics.causality import causality_probe
@@ -20,7 +20,6 @@ from ..version import __version__
 from .closed_loop import closed_loop_score
 from .plan import Cell
 
-EVAL_BATCH = 512
 # Offset of the seed of the generator that draws training levels under `mixed_levels`.
 MIX_SEED = 1 << 20
 
@@ -45,7 +44,7 @@ def evaluate(model: TaskModel, batch: Batch, device: torch.device) -> tuple[floa
     """Accuracy and loss on a whole evaluation set."""
     model.eval()
     n = total_loss = total_correct = 0.0
-    for part in split_batch(batch, EVAL_BATCH):
+    for part in split_batch(batch, eval_chunk(device)):
         part = to_device(part, device)
         loss, acc = loss_and_accuracy(model, part)
         k = part["target"].numel()
@@ -71,6 +70,26 @@ def _convergence(history: list[dict], checks: list[dict], early, diverged: bool)
     if diverged:
         return {"converged": None, "diverged": True}
     return convergence(history, checks if early is not None else None)
+
+
+def _save(model, optimizer, generators, window: dict, device: torch.device, step: int) -> dict:
+    """Everything the next steps of training read, copied: weights, optimizer state, every random
+    stream a step draws from, and the log window's sums."""
+    return {"step": step, "model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
+            "generators": [g.get_state() for g in generators], "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "window": {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in window.items()}}
+
+
+def _restore(saved: dict, model, optimizer, generators, window: dict, device: torch.device) -> None:
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    for g, state in zip(generators, saved["generators"]):
+        g.set_state(state)
+    torch.set_rng_state(saved["rng"])
+    if saved["cuda_rng"] is not None:
+        torch.cuda.set_rng_state(saved["cuda_rng"], device)
+    window.update(saved["window"])
 
 
 def _config(backbone) -> dict | None:
@@ -107,6 +126,11 @@ def train_cell(
 ) -> tuple[dict, TaskModel]:
     """Train one cell from scratch: its JSON-ready result and the trained model."""
     device = resolve_device(device) if isinstance(device, str) else device
+    with matmul_precision(cell.train.get("tf32", False)):
+        return _train_cell(cell, device, on_step)
+
+
+def _train_cell(cell: Cell, device: torch.device, on_step) -> tuple[dict, TaskModel]:
     start = time.perf_counter()
     task = cell.task_object()
     model = build_model(cell).to(device)
@@ -164,18 +188,10 @@ def train_cell(
         })
         window.update(start=now, steps=0, loss=0.0, acc=0.0)
 
-    diverged_at = None
-    stopped = "cap"
-    for step in range(1, train["steps"] + 1):
+    def train_step(step: int) -> torch.Tensor:
+        """One update; its loss, left on the device."""
         batch = to_device(task.sample(batch_level(), train["batch_size"], generator), device)
         loss, acc = loss_and_accuracy(model, batch)
-        if not math.isfinite(loss.item()):
-            # Stop before the update: the weights evaluated below are the last finite ones.
-            diverged_at = step
-            stopped = "diverged"
-            if window["steps"]:
-                log(step - 1)
-            break
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train["grad_clip"])
@@ -183,11 +199,39 @@ def train_cell(
         window["loss"] += loss.detach()
         window["acc"] += acc.detach()
         window["steps"] += 1
+        return loss
+
+    # The loss is read on the host only where training reads the device anyway (a log or a validation
+    # check), so that the device never waits on Python between steps. A non-finite loss is found
+    # there; training is then put back to the last read and replayed to the step before it, so the
+    # weights evaluated are the last finite ones, as if every step had been read.
+    generators = (generator, mix_generator) if mix_generator is not None else (generator,)
+    first_bad = torch.zeros((), dtype=torch.long, device=device)
+    saved = _save(model, optimizer, generators, window, device, 0)
+    diverged_at = None
+    stopped = "cap"
+    step = 0
+    while step < train["steps"]:
+        step += 1
+        loss = train_step(step)
+        first_bad = torch.where((first_bad == 0) & ~torch.isfinite(loss), step, first_bad)
         last = step == train["steps"]
-        if early is not None and (step % early.every == 0 or last) and check(step):
-            stopped = "converged"
-        if step % train["log_every"] == 0 or last or stopped == "converged":
-            log(step)
+        checking = early is not None and (step % early.every == 0 or last)
+        if checking or step % train["log_every"] == 0 or last:
+            bad = int(first_bad)
+            if bad:
+                _restore(saved, model, optimizer, generators, window, device)
+                for again in range(saved["step"] + 1, bad):
+                    train_step(again)
+                diverged_at, stopped = bad, "diverged"
+                if window["steps"]:
+                    log(bad - 1)
+                break
+            if checking and check(step):
+                stopped = "converged"
+            if step % train["log_every"] == 0 or last or stopped == "converged":
+                log(step)
+            saved = _save(model, optimizer, generators, window, device, step)
         if on_step is not None:
             on_step(step, train["steps"])
         if stopped == "converged":
