@@ -1,7 +1,8 @@
-"""`lstm`: a stack of LSTM layers of width d_model, the classic recurrent reference point.
+"""`lstm` and `gru`: a stack of LSTM (or GRU) layers of width d_model, the classic recurrent
+reference points (the GRU is POPGym's strongest memory model).
 
-It takes the common factory signature so any task can build it: `n_heads` is
-accepted and ignored (an LSTM has no heads), and a task's `blocked` mask has
+Both take the common factory signature so any task can build them: `n_heads` is
+accepted and ignored (a recurrent cell has no heads), and a task's `blocked` mask has
 nothing to act on (there is no attention; the recurrent state is never masked).
 """
 from __future__ import annotations
@@ -55,5 +56,31 @@ class LSTM(nn.Module):
         return 2 * self.config.n_layers * self.config.d_model * bytes_per_element
 
 
+class GRU(nn.Module):
+    """The LSTM's stack with GRU layers: one state vector per layer, no separate cell."""
+    fixed_state = True
+
+    def __init__(self, config: LSTMConfig):
+        super().__init__()
+        self.config = config
+        self.gru = nn.GRU(config.d_model, config.d_model, config.n_layers, batch_first=True,
+                          dropout=config.dropout if config.n_layers > 1 else 0.0)
+        self.ln_f = nn.LayerNorm(config.d_model)
+
+    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
+        return self.ln_f(self.gru(x)[0])  # (B, S, d)
+
+    def memory_state(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """h of every layer after the last token, (B, n_layers, d)."""
+        return {"h": self.gru(x)[1].transpose(0, 1)}
+
+    def state_size(self, seq_len: int, bytes_per_element: int = 4) -> int:
+        return self.config.n_layers * self.config.d_model * bytes_per_element
+
+
 def lstm(d_model: int, n_layers: int, n_heads: int, **options) -> LSTM:
     return LSTM(LSTMConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))
+
+
+def gru(d_model: int, n_layers: int, n_heads: int, **options) -> GRU:
+    return GRU(LSTMConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, **options))

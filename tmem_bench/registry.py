@@ -47,6 +47,7 @@ BUILTIN_MODELS = {
     "base_wide": "tmem_bench.baselines.wide:base_wide",
     "linear": "tmem_bench.baselines.linear:linear",
     "lstm": "tmem_bench.baselines.lstm:lstm",
+    "gru": "tmem_bench.baselines.lstm:gru",
     "delta": "tmem_bench.baselines.delta:delta",
     "ssm": "tmem_bench.baselines.ssm:ssm",
     "registers": "tmem_bench.baselines.registers:registers",

@@ -54,7 +54,7 @@ REFERENCE_SEED = 20240  # the fixed random maps (rotations, feature maps, noise)
 # The reference each format stands for, and the format of every built-in memory's state (a plug-in
 # declares its own with `memory_state_format` on its backbone; shapes decide otherwise, see `state_format`).
 FORMATS = ("slots", "kv", "voxel", "dense")
-BUILTIN_FORMATS = {"slots": "slots", "delta": "kv", "linear": "kv", "ssm": "kv", "lstm": "dense",
+BUILTIN_FORMATS = {"slots": "slots", "delta": "kv", "linear": "kv", "ssm": "kv", "lstm": "dense", "gru": "dense",
                    "tensor": "voxel", "tensor_local": "voxel"}
 
 
