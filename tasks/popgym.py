@@ -51,8 +51,9 @@ CHANCE_EPISODES = 1024
 
 
 class PopgymAdapter(Adapter):
-    def __init__(self, d_model: int, vocab: tuple[int, ...], max_steps: int, n_classes: int):
+    def __init__(self, d_model: int, vocab: tuple[int, ...], max_steps: int, n_classes: int, block_past: bool = False):
         super().__init__()
+        self.block_past = block_past
         self.fields = nn.ModuleList(nn.Embedding(v, d_model) for v in vocab)
         self.position = nn.Embedding(max_steps, d_model)
         self.head_proj = nn.Linear(d_model, n_classes)
@@ -61,6 +62,13 @@ class PopgymAdapter(Adapter):
         obs = batch["obs"]  # (B, T, F)
         x = sum(emb(obs[..., i]) for i, emb in enumerate(self.fields))  # (B, T, d)
         return x + self.position(torch.arange(obs.shape[1], device=obs.device))
+
+    def blocked(self, batch: Batch) -> torch.Tensor | None:
+        if not self.block_past:
+            return None
+        T = batch["obs"].shape[1]
+        # Each step attends to its own observation only: every earlier one reaches it through a memory.
+        return torch.ones(T, T, dtype=torch.bool).tril(-1)  # (T, T)
 
     def head(self, h: torch.Tensor, batch: Batch) -> torch.Tensor:
         where = batch["positions"]  # (B, n_scored)
@@ -82,14 +90,22 @@ class PopgymTask(Task):
     axes = ("difficulty",)
     levels = {"difficulty": (1, 2)}
     uniform_labels = True  # every class equally likely at every scored step: chance is 1 / n_classes
+    # Memory forcing: the environment's observations as it gives them, but each step's attention
+    # sees its own observation only, so attention alone is blind to every earlier one.
+    variants = {"standard": {}, "memory_forcing": {"block_past": True}}
+    memory_forcing = ("memory_forcing",)
 
-    def __init__(self, closed_loop_episodes: int = 32):
+    def __init__(self, closed_loop_episodes: int = 32, block_past: bool = False):
         self.closed_loop_episodes = check_int("closed_loop_episodes", closed_loop_episodes,
                                               maximum=MAX_CLOSED_LOOP_EPISODES)
+        if not isinstance(block_past, bool):
+            raise UsageError(f"{self.name}: block_past must be true or false, got {block_past!r}")
+        self.block_past = block_past
         self._envs = {}
 
     def options(self) -> dict:
-        return {"closed_loop_episodes": self.closed_loop_episodes}
+        # block_past only where set, so the cells of the standard variant keep the ids they had.
+        return {"closed_loop_episodes": self.closed_loop_episodes, **({"block_past": True} if self.block_past else {})}
 
     def check_value(self, axis: str, value):
         if isinstance(value, bool) or value not in DIFFICULTIES:
@@ -169,6 +185,21 @@ class PopgymTask(Task):
         return torch.tensor([[self.act(episode[:t + 1], env) for t in where]
                              for episode, where in zip(obs, batch["positions"].tolist())], dtype=torch.int64)
 
+    def reach_positions(self, level: Level, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Under memory forcing: the observations before the first scored step after the first as the
+        evidence, and the scored steps from there on as the answers (each reads earlier observations,
+        which reach it only through a memory; a step scored at t=0 answers from its own observation
+        and is no answer here)."""
+        if not self.block_past:
+            return None
+        T = batch["obs"].shape[1]
+        scored = batch["positions"][0]
+        first = int(scored[scored > 0][0])
+        evidence = torch.arange(T) < first
+        answers = torch.zeros(T, dtype=torch.bool)
+        answers[scored[scored >= first]] = True
+        return evidence, answers
+
     def chance(self, level: Level) -> float:
         if self.uniform_labels:
             return 1.0 / self.n_classes
@@ -179,7 +210,7 @@ class PopgymTask(Task):
         return max(self._env({"difficulty": d}).max_episode_length + 1 for d in DIFFICULTIES)
 
     def make_adapter(self, d_model: int) -> Adapter:
-        return PopgymAdapter(d_model, self.vocab, self.max_steps(), self.n_classes)
+        return PopgymAdapter(d_model, self.vocab, self.max_steps(), self.n_classes, self.block_past)
 
     def closed_loop_seeds(self, level: Level) -> list[int]:
         """The fixed environment seeds the closed-loop score acts on, from their own reserved seed."""
@@ -251,6 +282,11 @@ class CountRecall(PopgymTask):
     vocab = (4, 4)
     n_classes = 27  # counts 0..26: 26 cards of each colour in one deck, of each suit in two
     uniform_labels = False
+    # Counts grow with the step, so a step's position alone tells much of its answer: with the past cut
+    # from attention, attention still reads well above chance (the task checks' blind check says so),
+    # so this task has no memory-forcing variant.
+    variants = {"standard": {}}
+    memory_forcing = ()
 
     def act(self, history, env):
         return int((history[:, 0] == history[-1, 1]).sum())
