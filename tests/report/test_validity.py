@@ -329,3 +329,22 @@ def test_the_committed_hypothesis_is_read_and_names_a_pair_the_committed_runs_do
     assert h.toy == ("coordinate_binding", "standard", "n_writes=50,noise=0.05")
     assert h.external == "mean return over kept levels"
     assert "69b8ba8" in (ROOT / "docs/external-validity.md").read_text()  # the prose states the same revision
+
+
+def test_an_external_memory_forcing_variant_is_scored_apart_with_means_of_its_own():
+    """The standard variant's mean (the hypothesis's external score) averages the standard levels
+    only; the memory-forcing variant's levels and means are named for it."""
+    returns = {m: [0.1 * i, 0.1 * i + 0.01] for i, m in enumerate("abcde")}
+    plain = external_run(returns).table
+    forcing = plain.assign(variant="block_past=True", normalised_return=-plain["normalised_return"],
+                           cell_id="f" + plain["cell_id"])
+    data = RunData("ext", None, pd.concat([plain, forcing], ignore_index=True), pd.DataFrame(), pd.DataFrame(), {},
+                   task_options={("popgym_repeat_first", "block_past=True"): {"block_past": True}})
+    scores = {s.name: s for s in external_scores(data)}
+    assert set(scores) == {"repeat_first @ difficulty=1 accuracy", "repeat_first @ difficulty=1 return",
+                           "repeat_first (memory forcing) @ difficulty=1 accuracy",
+                           "repeat_first (memory forcing) @ difficulty=1 return",
+                           MEAN_ALL, "mean return over kept levels",
+                           MEAN_ALL + " (memory forcing)", "mean return over kept levels (memory forcing)"}
+    assert scores["mean return over kept levels"].values["e"] == pytest.approx([0.4, 0.41])
+    assert scores["mean return over kept levels (memory forcing)"].values["e"] == pytest.approx([-0.4, -0.41])

@@ -149,16 +149,21 @@ def external_scores(data: RunData) -> list[Score]:
     _check_numbers(rows, "accuracy", data, (0.0, 1.0))
     _check_numbers(rows, "normalised_return", data, (-1.0, 1.0))
     rows = rows.astype({"accuracy": float, "normalised_return": float})
+    # Each memory condition apart: a memory-forcing variant's scores, and its means, are named so.
+    rows["condition"] = [" (memory forcing)" if variant_forces_memory(t, v, data.task_options.get((t, v), {})) else ""
+                         for t, v in zip(rows["task"], rows["variant"])]
     scores = []
-    for (task, train_level), group in rows.groupby(["task", "train_level"], sort=True):
-        where = f"{task.removeprefix('popgym_')} @ {train_level}"
+    for (task, condition, train_level), group in rows.groupby(["task", "condition", "train_level"], sort=True):
+        where = f"{task.removeprefix('popgym_')}{condition} @ {train_level}"
         scores.append(Score(f"{where} accuracy", "external", _by_seed(group, "accuracy"), (f"{where} accuracy",)))
         scores.append(Score(f"{where} return", "external", _by_seed(group, "normalised_return"), (f"{where} return",)))
-    kept = set(kept_levels(rows))
-    for name, levels in ((MEAN_ALL, rows), (MEAN_KEPT, rows[[(t, lv) in kept for t, lv in zip(rows["task"], rows["train_level"])]])):
-        if len(levels):
-            mean = levels.groupby(["label", "seed"])["normalised_return"].mean().reset_index()
-            scores.append(Score(name, "external", _by_seed(mean, "normalised_return"), (name,)))
+    for condition, played in rows.groupby("condition", sort=True):
+        kept = set(kept_levels(played))
+        kept_rows = played[[(t, lv) in kept for t, lv in zip(played["task"], played["train_level"])]]
+        for name, levels in ((MEAN_ALL + condition, played), (MEAN_KEPT + condition, kept_rows)):
+            if len(levels):
+                mean = levels.groupby(["label", "seed"])["normalised_return"].mean().reset_index()
+                scores.append(Score(name, "external", _by_seed(mean, "normalised_return"), (name,)))
     return scores
 
 
