@@ -19,13 +19,14 @@ import numpy as np
 from .profiles import profile_labels
 
 # The first ten are matplotlib's tab10 in the order the suite's reports have always used; delta's and
-# then ssm's are the qualitative-palette colours farthest from those before them.
+# then ssm's are the qualitative-palette colours farthest from those before them; gru's is the one that
+# keeps every built-in and the capacity figure's labels as far apart as before (tests/report/test_colors.py).
 BUILTIN_COLORS = {
     "base": "#1f77b4", "base_wide": "#ff7f0e", "slots": "#2ca02c", "local": "#d62728", "linear": "#9467bd",
     "xl": "#8c564b", "registers": "#e377c2", "lstm": "#7f7f7f", "tensor": "#bcbd22", "tensor_local": "#17becf",
-    "delta": "#393b79", "ssm": "#8c6d31",
+    "delta": "#393b79", "ssm": "#8c6d31", "gru": "#66c2a5",
 }
-DISTINCT = 10.0  # the closest two labels of one figure may be: 30 labels beside the 12 built-ins fit above it
+DISTINCT = 10.0  # the closest two labels of one figure may be: 30 labels beside the 13 built-ins fit above it
 # The near-identical pairs of earlier reports (tab20c's light blue beside tab10's blue and cyan, Dark2's
 # green beside tab10's) were 13 to 19 apart.
 SIMILAR = 20.0
