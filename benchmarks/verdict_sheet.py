@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (column, run, which verdict of its report); the paper's protocol trains each model at the level it is
 # read at, extrapolation trains at one level and reads the others, memory forcing blocks the evidence.
 COLUMNS = (("paper's protocol", "paper_protocol", "headline"), ("extrapolation", "paper_claims", "headline"),
-           ("memory forcing", "study_converge", "forcing"))
+           ("memory forcing", "study_retrain", "forcing"))
 # Claims whose rule needs every model trained at each W read that run in the memory-forcing column.
 TRAINED_AT_EACH_W = {"memory forcing": ("capacity_converge", None)}
 CLAIMS_AT_EACH_W = ("capacity: memory holds as writes grow, trained at each W", "caveat: a fixed-size state saturates")
