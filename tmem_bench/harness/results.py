@@ -166,6 +166,7 @@ def rows(result: dict) -> list[dict]:
     """One table row per evaluation level of a cell."""
     cell = result["cell"]
     out = []
+    early = stopped_too_early(result)  # a replay of the cell's checks: once per cell, not per level
     for ev in result["eval"]:
         row = {
             "cell_id": result["cell_id"],
@@ -190,7 +191,7 @@ def rows(result: dict) -> list[dict]:
             "steps_run": steps_run(result),
             # A cell from before early stopping ran its fixed budget, or diverged.
             "stopped": result.get("stopped") or ("diverged" if result.get("status") == "diverged" else "cap"),
-            "stopped_too_early": stopped_too_early(result),
+            "stopped_too_early": early,
             "causality": result.get("causality", {}).get("verdict"),
             "status": result.get("status", "finished"),
             "diverged_at_step": result.get("diverged_at_step"),
