@@ -75,3 +75,13 @@ def stopped_too_early(result: dict, rule: EarlyStopRule | None = None) -> bool:
     chance = next((e["chance"] for e in result["eval"] if e["level"] == train_level), result["eval"][0]["chance"])
     rule = rule or load_early_stop()
     return not any(should_stop(checks[:i + 1], chance, rule) for i in range(len(checks)))
+
+
+def judge_cell(result: dict) -> dict:
+    """A stored cell read under the current rule, whatever rule it was trained under: {"converged"
+    (None for a diverged cell, which cannot tell), "stopped_too_early"}."""
+    rule = load_early_stop()
+    converged = None
+    if result.get("status") != "diverged":
+        converged = convergence(result.get("history") or [], result.get("validation_checks"), rule)["converged"]
+    return {"converged": converged, "stopped_too_early": stopped_too_early(result, rule)}

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import pandas as pd
 
-from ..diagnostics.convergence import convergence, stopped_too_early
+from ..diagnostics.convergence import judge_cell
 from ..files import write_atomic
 from ..levels import level_key
 from ..schema import describe, violations
@@ -166,7 +166,6 @@ def rows(result: dict) -> list[dict]:
     """One table row per evaluation level of a cell."""
     cell = result["cell"]
     out = []
-    early = stopped_too_early(result)  # a replay of the cell's checks: once per cell, not per level
     for ev in result["eval"]:
         row = {
             "cell_id": result["cell_id"],
@@ -191,14 +190,14 @@ def rows(result: dict) -> list[dict]:
             "steps_run": steps_run(result),
             # A cell from before early stopping ran its fixed budget, or diverged.
             "stopped": result.get("stopped") or ("diverged" if result.get("status") == "diverged" else "cap"),
-            "stopped_too_early": early,
+            "stopped_too_early": None,  # both filled in below, once per cell
             "causality": result.get("causality", {}).get("verdict"),
             "status": result.get("status", "finished"),
             "diverged_at_step": result.get("diverged_at_step"),
             "final_loss": (result.get("history") or [{}])[-1].get("loss"),
             "lr": cell["train"].get("lr"),
             "validation_accuracy": (result.get("validation") or {}).get("accuracy"),
-            "converged": None,  # filled in below, once per cell
+            "converged": None,
             "state_bytes": result.get("state_bytes"),
             "reach_init": ((result.get("reach") or {}).get("init") or {}).get("ratio"),
             "reach_trained": ((result.get("reach") or {}).get("trained") or {}).get("ratio"),
@@ -214,11 +213,9 @@ def rows(result: dict) -> list[dict]:
         row["gate_init_mean"] = _mean_gate(result.get("gate_init"))
         row["gate_final_mean"] = _mean_gate(result.get("gates_final"))
         out.append(row)
-    # The current convergence rule, whatever rule the cell was trained under; a diverged cell cannot tell.
-    if result.get("status") != "diverged":
-        converged = convergence(result.get("history") or [], result.get("validation_checks"))["converged"]
-        for row in out:
-            row["converged"] = converged
+    judged = judge_cell(result)  # a replay of the cell's checks: once per cell, not per level
+    for row in out:
+        row.update(judged)
     return out
 
 
