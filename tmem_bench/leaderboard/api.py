@@ -12,7 +12,6 @@ file is checked against the hash its entry records before it is loaded.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 

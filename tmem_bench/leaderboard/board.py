@@ -18,13 +18,12 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import UsageError
 from ..registry import variant_forces_memory
 from ..report.data import TASK_ORDER
 from ..report.stats import interval_label
 from .about import external_link, external_paragraph, paragraph
-from .entry import RANKED_MIN_SEEDS, SCHEMA_FILE, profile_id
-from .folder import tidy, write_pages
+from .entry import RANKED_MIN_SEEDS, profile_id
+from .folder import write_pages
 from .page import INTERVAL_RULE, render_page
 
 KINDS = {

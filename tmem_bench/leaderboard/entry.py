@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tomllib
 from dataclasses import replace
 from importlib import resources
-from pathlib import Path
 
 from ..errors import UsageError
 from ..harness.plan import Overrides, plan_task_searches
@@ -22,7 +20,6 @@ from ..harness.selection import choose
 from ..levels import level_key
 from ..registry import get_backbone, get_task, task_names
 from ..report.stats import mean_ci
-from .guard import SCHEMA_FILE, find_schema  # noqa: F401 - the entry's names since before guard.py
 
 SCHEMA_VERSION = 1
 RANKED_MIN_SEEDS = 3

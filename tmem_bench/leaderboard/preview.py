@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .board import GENERATED, build_pages
-from .entry import SCHEMA_FILE, find_schema
+from .guard import SCHEMA_FILE, find_schema
 from .folder import tidy
 from .guard import entry_dirs, read_entry_json
 

@@ -20,7 +20,8 @@ from ..harness.plan import cell_from_dict
 from ..harness.results import read_cell
 from ..registry import get_task, module_names
 from ..version import __version__
-from .entry import derived, find_schema, planned_cells
+from .entry import derived, planned_cells
+from .guard import find_schema
 from .folder import held
 from .guard import entry_dirs, not_readable, read_entry_json
 from .names import refused_names

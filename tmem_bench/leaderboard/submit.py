@@ -23,8 +23,9 @@ from ..harness.profiles import profile_names
 from ..files import write_json
 from ..harness.rundir import RunDir
 from ..report.stats import CI_LEVEL
-from .entry import SCHEMA_VERSION, builtin_profile_text, derived, find_schema, planned_cells, profile_id
+from .entry import SCHEMA_VERSION, builtin_profile_text, derived, planned_cells, profile_id
 from .folder import JOURNAL, STAGING_PREFIX, held, place
+from .guard import find_schema
 from .weights import records as weight_records
 
 

@@ -26,8 +26,8 @@ from ..levels import level_key
 from ..registry import get_task, module_names
 from ..version import __version__
 from .cache import Recheck, ValidationCache, cell_count, describe
-from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, find_schema, planned_cells, profile_id, task_version
-from .guard import MAX_JSON_BYTES, entry_dirs, not_readable  # noqa: F401 - validate's names before guard.py
+from .entry import RANKED_MIN_SEEDS, cell_verdict, derived, planned_cells, profile_id, task_version
+from .guard import entry_dirs, find_schema, not_readable
 from .names import missing_extra, refused_names
 from .reeval import reevaluate
 
