@@ -21,9 +21,10 @@ from verdict_diff import verdicts  # noqa: E402 - beside this script, not a pack
 
 ROOT = Path(__file__).resolve().parents[1]
 # (column, run, which verdict of its report); the paper's protocol trains each model at the level it is
-# read at, extrapolation trains at one level and reads the others, memory forcing blocks the evidence.
+# read at, extrapolation trains at one level and reads the others, memory forcing blocks the evidence,
+# the authors' budget is the paper's protocol at their steps and batch (base and tensor at W=50 only).
 COLUMNS = (("paper's protocol", "paper_protocol", "headline"), ("extrapolation", "paper_claims", "headline"),
-           ("memory forcing", "study_retrain", "forcing"))
+           ("memory forcing", "study_retrain", "forcing"), ("authors' budget, W=50", "paper_gpu_cpu_w50", "headline"))
 # Claims whose rule needs every model trained at each W read that run in the memory-forcing column.
 TRAINED_AT_EACH_W = {"memory forcing": ("capacity_converge", None)}
 CLAIMS_AT_EACH_W = ("capacity: memory holds as writes grow, trained at each W", "caveat: a fixed-size state saturates")

@@ -92,3 +92,18 @@ def test_the_probe_table_shows_the_best_uncalibrated_read_beside_the_number_mark
     assert "| probe_accuracy | uncalibrated |" in header  # side by side
     assert "| 0.61 | attention 0.790 (uncalibrated: reads dense at 20%; no verdict reads it) |" in probe
     assert "within the goal: rows_linear" in probe
+
+
+def test_saturation_is_left_out_of_a_run_that_reads_one_number_of_writes(tmp_path):
+    """A drop needs the fewest and the most writes: a run that trains and reads base and tensor at W=50
+    alone cannot check saturation, so its report leaves the claim out rather than calling it inconclusive;
+    the same cells read at two numbers of writes keep it."""
+    def claims(run, ws):
+        for label in ("base", "tensor"):
+            for seed in (0, 1):
+                write_cell(run, "coordinate_binding", "standard", label, seed, (("n_writes", 50), ("noise", 0.05)),
+                           {(("n_writes", w), ("noise", 0.05)): 0.9 for w in ws})
+        return write_report(run).path.read_text().split("## The paper's claims\n")[1].split("\n## ")[0]
+
+    assert "### caveat: a fixed-size state saturates" not in claims(tmp_path / "one", (50,))
+    assert "### caveat: a fixed-size state saturates" in claims(tmp_path / "two", (20, 50))

@@ -119,8 +119,9 @@ def _how_to_read(data: RunData) -> list[str]:
 
 def _missing(spec: ClaimSpec, data: RunData) -> list[str]:
     """What a claim needs that the run lacks: its task, its memory model, a baseline to compare with,
-    its timing reference, (capacity) models trained at more than one number of writes, or (a stated
-    figure) one of its models read at the level it names."""
+    its timing reference, (capacity) models trained at more than one number of writes, (saturation)
+    the memory model read at more than one level of the sweep, or (a stated figure) one of its models
+    read at the level it names."""
     models, tasks = set(data.table["model"]), set(data.table["task"])
     # A timing claim's task is only the one it lists first: it reads every task the run has.
     out = [f"the {spec.task} task"] if spec.task and spec.task not in tasks and spec.rule not in TIMING_RULES else []
@@ -138,6 +139,11 @@ def _missing(spec: ClaimSpec, data: RunData) -> list[str]:
             out.append(f"one of {', '.join(spec.models)} read at {', '.join(f'{k}={v}' for k, v in spec.at.items())}")
     if spec.rule == "capacity" and not out and not any(g.task == spec.task for g in capacity_groups(data)):
         out.append("models trained at more than one number of writes")
+    if spec.rule == "saturation" and not out:  # a drop needs the fewest and the most of the sweep
+        axis = sweep_axis(data, spec.task)
+        mem = data.table[(data.table["task"] == spec.task) & (data.table["label"] == spec.memory)]
+        if axis is None or mem[axis].nunique() < 2:
+            out.append(f"a {spec.memory} model read at more than one {axis or 'level'}")
     return out
 
 
