@@ -4,11 +4,11 @@ import json
 import subprocess
 import sys
 
-
 from tests.report.helpers import RunBuilder
 from tmem_bench import load_results
 from tmem_bench.files import write_json
 from tmem_bench.report import write_report
+from tmem_bench.report.data import MAX_MISSING_LISTED, load_run
 
 
 def test_corrupt_and_missing_cells_are_named_and_the_rest_renders(tmp_path):
@@ -46,3 +46,16 @@ def test_missing_cells_are_named_from_the_manifest_without_building_a_model(tmp_
     text = (tmp_path / "report.md").read_text()
     assert "cell fedcba9876543210 (occlusion tensor @ occlusion_len=0 seed 0) is planned in manifest.json" in text
     assert "- cells: 1 readable of 2 planned" in text and str(tmp_path) not in text
+
+
+def test_a_run_under_way_counts_its_missing_cells_by_task_and_model_in_one_line(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.cell("occlusion", "base", 0, (0,), {(0,): 0.9})
+    described = [f"occlusion {label} @ occlusion_len=0 seed {seed}"
+                 for label, n in (("base", 4), ("tensor", 8)) for seed in range(1, n + 1)]
+    extra = [(f"{i:016x}", d) for i, d in enumerate(described)]
+    b.manifest(extra=extra)
+    problems = load_run(tmp_path).problems
+    assert len(extra) > MAX_MISSING_LISTED
+    assert problems == [f"12 of 13 planned cells have no file in cells/ yet (rerunning the run's command resumes "
+                        f"them): occlusion base 4, occlusion tensor 8"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from .selection_recomputed import searches
 
 TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
+MAX_MISSING_LISTED = 10
 
 
 @dataclass
@@ -76,6 +78,7 @@ def load_run(run_dir) -> RunData:
     results = [r for r in results if r["cell_id"] not in left_out]
     stored_ids = run_dir.stored()
     failures = run_dir.failures()
+    missing = []
     for cid, described in planned.items():
         if cid in stored_ids:
             continue
@@ -85,12 +88,24 @@ def load_run(run_dir) -> RunData:
             problems.append(f"cell {cid}{what} FAILED after {f.get('attempts', '?')} attempt(s): "
                             f"{f.get('error', '?')} (traceback in failed/{cid}.json)")
         else:
-            problems.append(f"cell {cid}{what} is planned in manifest.json but cells/{cid}.json is missing")
+            missing.append((cid, described))
+    problems.extend(_missing_lines(missing, len(planned)))
     probe, probe_accuracy, problem = read_state_probe(run_dir)
     problems.extend([problem] if problem else [])
     data = run_data(results, run_dir.path, manifest, problems, probe_accuracy)
     data.selection, data.state_probe, data.trials_stopped_too_early = selection, probe, trials
     return data
+
+
+def _missing_lines(missing: list[tuple[str, str | None]], planned: int) -> list[str]:
+    """A line per planned cell with no file; a run still under way, with more than MAX_MISSING_LISTED
+    of them, gets one line counting them by task and model instead of hundreds of lines."""
+    if len(missing) <= MAX_MISSING_LISTED:
+        return [f"cell {cid}{f' ({d})' if d else ''} is planned in manifest.json but cells/{cid}.json is missing"
+                for cid, d in missing]
+    groups = Counter((d or "not described").split(" @ ")[0] for _, d in missing)
+    return [f"{len(missing)} of {planned} planned cells have no file in cells/ yet (rerunning the run's command "
+            f"resumes them): " + ", ".join(f"{g} {n}" for g, n in groups.items())]
 
 
 def read_state_probe(run_dir: RunDir) -> tuple[dict | None, dict[str, float], str | None]:
