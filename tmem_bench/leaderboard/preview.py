@@ -14,9 +14,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .board import GENERATED, build_pages
-from .guard import SCHEMA_FILE, find_schema
 from .folder import tidy
-from .guard import entry_dirs, read_entry_json
+from .guard import SCHEMA_FILE, entry_dirs, find_schema, read_entry_json
 
 
 def preview_entries(run_dir) -> list[tuple[Path, dict, list[dict]]]:

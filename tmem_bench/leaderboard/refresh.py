@@ -21,9 +21,8 @@ from ..harness.results import read_cell
 from ..registry import get_task, module_names
 from ..version import __version__
 from .entry import derived, planned_cells
-from .guard import find_schema
 from .folder import held
-from .guard import entry_dirs, not_readable, read_entry_json
+from .guard import entry_dirs, find_schema, not_readable, read_entry_json
 from .names import refused_names
 from .submit import git_commit
 from .validate import difference
