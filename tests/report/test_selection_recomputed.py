@@ -9,6 +9,8 @@ import pytest
 
 from tests.helpers import chosen_cells, cli, one_line_error, rerun, selection
 from tests.report.helpers import RunBuilder, as_planned, write_selection
+from tmem_bench.files import write_json
+from tmem_bench.harness.plan import cell_from_dict
 from tmem_bench.report import load_run, write_report
 
 
@@ -83,3 +85,28 @@ def test_the_report_shows_only_the_chosen_lr_and_the_selection_table(tmp_path):
     text = write_report(tmp_path).path.read_text()
     assert "## Learning-rate selection" in text
     assert "| tensor | **90.0%** | 30.0% | 0.001 (edge) |" in text
+
+
+def test_before_the_first_selection_its_trials_are_told_apart_by_the_plan_and_left_out(tmp_path):
+    b = RunBuilder(tmp_path)
+    trials = [as_planned(tmp_path, b.cell("occlusion", "tensor", 0, (6,), {(6,): acc}), acc, lr)[0]
+              for lr, acc in ((1e-3, 0.9), (1e-2, 0.3))]
+    # base's two cells share a description too, but differ in more than their lr: not a search
+    base, _ = as_planned(tmp_path, b.cell("occlusion", "base", 0, (6,), {(6,): 0.5}), 0.5)
+    longer = json.loads((tmp_path / "cells" / f"{base.id}.json").read_text())
+    longer["cell"]["train"]["steps"] = 300
+    longer["cell_id"] = cell_from_dict(longer["cell"]).id
+    write_json(tmp_path / "cells" / f"{longer['cell_id']}.json", longer)
+    planned = [(t.id, t.describe()) for t in trials] + [("f" * 16, trials[0].describe())]  # a third lr, unfinished
+    planned += [(base.id, base.describe()), (longer["cell_id"], base.describe())]
+    write_json(tmp_path / "manifest.json", {"command": ["tmem-bench", "run", "occlusion"], "settings": {},
+                                            "cells": [{"id": i, "describe": d} for i, d in planned]})
+    data = load_run(tmp_path)
+    assert set(data.table["cell_id"]) == {base.id, longer["cell_id"]}
+    assert (f"no learning rate chosen yet for the search of {trials[0].describe()} (selection.json is written once "
+            "the run's trials are finished): its 2 finished trial(s) are left out") in data.problems
+    assert not [p for p in data.problems if "occlusion base" in p and "learning rate" in p]
+    # once the selection is written, the file says which cells are trials, as before
+    write_selection(tmp_path, trials, (), [json.loads((tmp_path / "cells" / f"{t.id}.json").read_text())
+                                           for t in trials])
+    assert set(load_run(tmp_path).table["cell_id"]) == {trials[0].id, base.id, longer["cell_id"]}

@@ -348,3 +348,22 @@ def test_an_external_memory_forcing_variant_is_scored_apart_with_means_of_its_ow
                            MEAN_ALL + " (memory forcing)", "mean return over kept levels (memory forcing)"}
     assert scores["mean return over kept levels"].values["e"] == pytest.approx([0.4, 0.41])
     assert scores["mean return over kept levels (memory forcing)"].values["e"] == pytest.approx([-0.4, -0.41])
+
+
+def test_the_summary_counts_the_counted_cells_that_had_converged_per_run_and_level():
+    study = load_run(ROOT / "docs/runs/study_converge")
+    external = external_run({"base": [0.1, 0.2], "lstm": [0.3, 0.4], "ssm": [0.5, 0.6]})
+    external.table["converged"] = [True, False, True, None, True, True]
+    v = validity_table([study], external, n_boot=50)
+    toy_line, external_line = v.budget
+    assert external_line == ("ext: 4 of 6 cells counted had converged (the convergence rule), 1 were still learning "
+                             "at their cap, 1 do not say (popgym_repeat_first @ difficulty=1 4/6)")
+    # the toy run's counted cells: its three tasks with a memory-forcing variant, not no_harm
+    t = study.table
+    counted = t[t["trained_at_level"].astype(bool) & (t["status"] == "finished") & (t["task"] != "no_harm")]
+    counted = counted.drop_duplicates("cell_id")
+    converged = int((counted["converged"] == True).sum())  # noqa: E712 - None (does not say) is neither
+    assert toy_line.startswith(f"study_converge: {converged} of {len(counted)} cells counted had converged")
+    assert "no_harm" not in toy_line and "coordinate_binding [block_queries=True] @ n_writes=10,noise=0.05" in toy_line
+    assert [line for line in summary(v) if line.startswith("converged: ")] == [f"converged: {toy_line}",
+                                                                             f"converged: {external_line}"]

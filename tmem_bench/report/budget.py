@@ -95,7 +95,7 @@ class Point:
                             if self.probe_cannot_tell else "")
 
 
-def _flag(value) -> bool | None:
+def converged_flag(value) -> bool | None:
     """A cell's `converged`: True or False, None where it does not say (None or NaN)."""
     return bool(value) if isinstance(value, (bool, np.bool_)) else None
 
@@ -111,7 +111,7 @@ def point(rows_: pd.DataFrame, spec: PowerSpec | None = None, judge_learning: bo
     where = where or (f"on {task}" if level == "-" else f"at {level}")
     if not rows_["trained_at_level"].astype(bool).all():
         where += f" (trained at {', '.join(sorted(set(rows_['train_level'])))})"
-    flags = cells.groupby("seed")["converged"].agg(lambda c: [_flag(v) for v in c])
+    flags = cells.groupby("seed")["converged"].agg(lambda c: [converged_flag(v) for v in c])
     accuracy, chance = float(per_seed(rows_).mean()), float(rows_["chance"].mean())
     reach = [rows_[c].mean() for c in ("reach_init", "reach_trained")]
     blind = not any(pd.isna(r) for r in reach) and max(reach) <= load_reach().no_path

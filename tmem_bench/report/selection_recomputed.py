@@ -5,10 +5,12 @@ selection.json says which cells are the trials of which search; every choice is 
 from those trials' results by the rule the run chose with (selection.choose), as resume and submit
 do, so that an edited or stale file never makes the report show a trial that was not chosen. A
 file the cells cannot check (malformed, naming trials its grid does not plan, or missing where the
-manifest planned cells after a selection) is refused with one line.
+manifest planned cells after a selection) is refused with one line. Before a run's first selection
+writes the file, its searches' trials are told apart by the plan alone (`_unchosen_trials`).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -46,6 +48,28 @@ def _search(record: dict, by_id: dict[str, dict]) -> LRSearch | None:
     return LRSearch(trials, tuple(record["seeds"]), second_seed=record.get("second_seed"))
 
 
+def _unchosen_trials(results: list[dict], manifest: dict | None) -> tuple[set[str], list[str]]:
+    """The trials of searches with no lr chosen yet, and a line for each, in a run that has no
+    selection.json: cells the manifest plans under one description, which the finished ones show to
+    differ in their lr alone. Left in, the trials of one model would read as seeds of one point."""
+    entries = manifest.get("cells") if isinstance(manifest, dict) else None
+    planned: dict[str, list[str]] = {}
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and not e.get("after_selection") and isinstance(e.get("describe"), str):
+            planned.setdefault(e["describe"], []).append(e.get("id"))
+    by_id = {r["cell_id"]: r for r in results}
+    left_out, problems = set(), []
+    for described, ids in planned.items():
+        finished = [by_id[i]["cell"] for i in ids if i in by_id]
+        without_lr = {json.dumps({**c, "train": {k: v for k, v in c["train"].items() if k != "lr"}}, sort_keys=True)
+                      for c in finished}
+        if len(ids) > 1 and finished and len(without_lr) == 1:
+            left_out |= {i for i in ids if i in by_id}
+            problems.append(f"no learning rate chosen yet for the search of {described} (selection.json is written "
+                            f"once the run's trials are finished): its {len(finished)} finished trial(s) are left out")
+    return left_out, problems
+
+
 def searches(run_dir: RunDir, results: list[dict], manifest: dict | None) -> tuple[list[dict], set[str], list[str]]:
     """(each search's record as its trials' results make it; the cells the report leaves out, every
     cell of a search at an lr not chosen; one problem line per search that selection.json states
@@ -81,6 +105,10 @@ def searches(run_dir: RunDir, results: list[dict], manifest: dict | None) -> tup
         left_out |= ({c.id for c in search.trials} | later) - shown
         explained |= later
         records.append(chosen)
+    if not written and not run_dir.selection_path.exists():
+        unchosen, lines = _unchosen_trials(results, manifest)
+        left_out |= unchosen
+        problems += lines
     entries = manifest.get("cells") if isinstance(manifest, dict) else None
     entries = entries if isinstance(entries, list) else []
     after = {e["id"] for e in entries if isinstance(e, dict) and e.get("after_selection")}

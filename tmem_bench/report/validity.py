@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..registry import TASKS, variant_forces_memory
+from .budget import converged_flag
 from .data import RunData, load_run, natural_key
 from .hypothesis import DIRECTIONS, HYPOTHESIS, Hypothesis, exploratory_reasons, read_hypothesis, shown
 from .rank_stats import ALPHA, N_PERM, STATISTIC_ROWS, critical_tau, holm, model_interval, permutation_p
@@ -105,7 +106,8 @@ def _by_seed(rows: pd.DataFrame, column: str) -> dict[str, tuple[float, ...]]:
 def _trained(data: RunData) -> pd.DataFrame:
     table = data.table
     if table.empty:
-        raise UsageError(f"run {data.run_dir} has no finished cells")
+        why = f" ({len(data.problems)} problem(s), the first: {data.problems[0]})" if data.problems else ""
+        raise UsageError(f"run {data.run_dir} has no finished cell a score can count yet{why}")
     return table[table["trained_at_level"].astype(bool) & (table["status"] == "finished")]
 
 
@@ -176,6 +178,25 @@ class Validity:
     reasons: list[str]  # why no pair is confirmatory (empty: one is)
     left_out: list[str]  # every cell no score counts, and why
     alpha: float
+    budget: list[str]  # per run, how many of the cells its scores count had converged
+
+
+def _budget(data: RunData, toy: bool) -> str:
+    """How many of the cells a run's scores count met the convergence rule, in all and per task,
+    variant and level: a score from cells still learning at their cap ranks what the memories reached
+    in that many steps, which may not be the order they would converge to."""
+    cells = _trained(data).drop_duplicates("cell_id")
+    if toy:
+        cells = cells[[_has_forcing_variant(t) for t in cells["task"]]]
+    flags = [converged_flag(v) for v in cells["converged"]] if "converged" in cells else [None] * len(cells)
+    cells = cells.assign(flag=flags)
+    unknown = sum(f is None for f in flags)
+    parts = [f"{task}{'' if variant == 'standard' else ' [' + variant + ']'} @ {level} "
+             f"{sum(f is True for f in g['flag'])}/{len(g)}"
+             for (task, variant, level), g in cells.groupby(["task", "variant", "train_level"], sort=True)]
+    return (f"{Path(data.run_dir).name}: {sum(f is True for f in flags)} of {len(cells)} cells counted had converged "
+            f"(the convergence rule), {sum(f is False for f in flags)} were still learning at their cap"
+            + (f", {unknown} do not say" if unknown else "") + f" ({'; '.join(parts)})")
 
 
 def _left_out(data: RunData, shared: set[str], toy: bool) -> list[str]:
@@ -240,7 +261,8 @@ def validity_table(toy_runs: list[RunData], external: RunData, hypothesis: Hypot
                "rho", "rho_low", "rho_high", "rho_p", "rho_p_holm", "undefined_resamples", "models"]
     left_out = [line for data in toy_runs for line in _left_out(data, external_models, toy=True)]
     left_out += _left_out(external, toy_models, toy=False)
-    return Validity(table[columns], hypothesis, reasons, left_out, hypothesis.alpha if hypothesis else ALPHA)
+    budget = [_budget(data, toy=True) for data in toy_runs] + [_budget(external, toy=False)]
+    return Validity(table[columns], hypothesis, reasons, left_out, hypothesis.alpha if hypothesis else ALPHA, budget)
 
 
 def _num(v: float, fmt: str = "+.2f") -> str:
@@ -262,7 +284,8 @@ def blank_externals(table: pd.DataFrame) -> list[str]:
 
 def summary(v: Validity) -> list[str]:
     """What `tmem-bench validity` prints: the stated pair, the strongest relation, how many pairs a
-    Holm-corrected test tells from none, what '-' and a blank column mean, and the left-out cells."""
+    Holm-corrected test tells from none, what '-' and a blank column mean, how many of the counted
+    cells had converged, and the left-out cells."""
     t = v.table
     n = int(t["n_models"].max()) if len(t) else 0
     exploratory = t[t["role"] == "exploratory"]
@@ -295,6 +318,7 @@ def summary(v: Validity) -> list[str]:
     lines.append("'-': no tau, as one score ranks every model alike"
                  + (f"; blank heatmap columns: {', '.join(blank)} (every model scores the same there)" if blank else "")
                  + "; a percentile interval can miss its point where resampled models tie")
+    lines += [f"converged: {line}" for line in v.budget]
     lines += [f"left out: {line}" for line in v.left_out]
     return lines
 
