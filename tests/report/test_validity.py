@@ -367,3 +367,18 @@ def test_the_summary_counts_the_counted_cells_that_had_converged_per_run_and_lev
     assert "no_harm" not in toy_line and "coordinate_binding [block_queries=True] @ n_writes=10,noise=0.05" in toy_line
     assert [line for line in summary(v) if line.startswith("converged: ")] == [f"converged: {toy_line}",
                                                                              f"converged: {external_line}"]
+
+
+def test_the_stated_pair_is_tested_on_whole_runs_only(tmp_path):
+    study = load_run(ROOT / "docs/runs/study_converge")
+    external = ordered_external(study, "2026-01-04T00:00:00+00:00")
+    assert validity_table([study], external, stated(tmp_path), n_boot=50).reasons == []
+    for unfinished, unchosen, why in [(3, 0, "3 planned cell(s) without a result"),
+                                      (0, 2, "2 learning-rate search(es) with no lr chosen")]:
+        external.unfinished, external.unchosen = unfinished, unchosen
+        v = validity_table([study], external, stated(tmp_path), n_boot=50)
+        assert v.reasons == [f"run ext is not whole yet ({why}), and the stated pair is tested on whole runs only"]
+        assert set(v.table["role"]) == {"exploratory"} and summary(v)[0].startswith("no confirmatory pair")
+    # a run under way is read so: its planned cells without a file and its searches still choosing counted
+    toy = load_run(ROOT / "docs/runs/validity_toy")
+    assert toy.unfinished > 0 and toy.unchosen > 0

@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..harness.results import gate_rows, history_rows, loop_steps_per_s, rows
 from ..harness.rundir import RunDir
 from ..registry import BUILTIN_TASKS
-from .selection_recomputed import searches
+from .selection_recomputed import UNCHOSEN, searches
 
 TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
@@ -37,6 +37,8 @@ class RunData:
     state_probe: dict | None = None  # state_probe.json where `tmem-bench probe` was run and it reads
     # learning-rate trials not at the chosen lr (read by the selection only) that a retired rule stopped early
     trials_stopped_too_early: list[dict] = field(default_factory=list)
+    unfinished: int = 0  # planned cells with no result yet (missing or failed)
+    unchosen: int = 0  # learning-rate searches with no lr chosen yet
 
     @property
     def dir(self) -> RunDir:
@@ -94,6 +96,8 @@ def load_run(run_dir) -> RunData:
     problems.extend([problem] if problem else [])
     data = run_data(results, run_dir.path, manifest, problems, probe_accuracy)
     data.selection, data.state_probe, data.trials_stopped_too_early = selection, probe, trials
+    data.unfinished = sum(cid not in stored_ids for cid in planned)
+    data.unchosen = sum(p.startswith(UNCHOSEN) for p in found)
     return data
 
 

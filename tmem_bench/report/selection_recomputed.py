@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..harness.plan import LRSearch
 
 REWRITE = "rerun the run's command to write it again from the cells"
+UNCHOSEN = "no learning rate chosen yet for"  # opens each problem line of a search still choosing
 
 
 def _name(record: dict) -> str:
@@ -65,7 +66,7 @@ def _unchosen_trials(results: list[dict], manifest: dict | None) -> tuple[set[st
                       for c in finished}
         if len(ids) > 1 and finished and len(without_lr) == 1:
             left_out |= {i for i in ids if i in by_id}
-            problems.append(f"no learning rate chosen yet for the search of {described} (selection.json is written "
+            problems.append(f"{UNCHOSEN} the search of {described} (selection.json is written "
                             f"once the run's trials are finished): its {len(finished)} finished trial(s) are left out")
     return left_out, problems
 
@@ -98,7 +99,7 @@ def searches(run_dir: RunDir, results: list[dict], manifest: dict | None) -> tup
             problems.append(f"selection.json disagrees with the cells on {_name(record)} ({', '.join(differs)}): "
                             f"the report shows the choice its trials' results make ({lr}); {REWRITE}")
         if chosen["chosen_lr"] is None:
-            problems.append(f"no learning rate chosen yet for {_name(record)}: its trials are left out")
+            problems.append(f"{UNCHOSEN} {_name(record)}: its trials are left out")
         seeds = (*search.seeds, *([search.second_seed] if search.second_seed is not None else []))
         later = {replace(trial, seed=seed).id for trial in search.trials for seed in seeds}
         shown = {c.id for c in search.trials if c.train["lr"] == chosen["chosen_lr"]} | set(chosen["final_cells"])

@@ -199,6 +199,14 @@ def _budget(data: RunData, toy: bool) -> str:
             + (f", {unknown} do not say" if unknown else "") + f" ({'; '.join(parts)})")
 
 
+def _not_whole(data: RunData) -> str:
+    """What a run still lacks ('' where nothing): a confirmatory test read off part of a run could be
+    read again, and differ, once the rest lands."""
+    parts = [f"{data.unfinished} planned cell(s) without a result"] if data.unfinished else []
+    parts += [f"{data.unchosen} learning-rate search(es) with no lr chosen"] if data.unchosen else []
+    return ", ".join(parts)
+
+
 def _left_out(data: RunData, shared: set[str], toy: bool) -> list[str]:
     run = Path(data.run_dir).name
     lines = [f"{run}: {p}" for p in data.problems]
@@ -246,6 +254,9 @@ def validity_table(toy_runs: list[RunData], external: RunData, hypothesis: Hypot
         stated = next(((t, e) for t in toys if t.key == hypothesis.toy
                        for e in externals if e.key == (hypothesis.external,)), None)
     reasons = exploratory_reasons(hypothesis, external, stated is not None)
+    if hypothesis is not None:
+        reasons += [f"run {d.run_dir} is not whole yet ({why}), and the stated pair is tested on whole runs only"
+                    for d in [*toy_runs, external] if (why := _not_whole(d))]
     rows = []
     if not reasons:
         rows.append(pair_stats(*stated, DIRECTIONS[hypothesis.direction], n_boot) | {"role": "confirmatory"})
