@@ -57,5 +57,5 @@ def test_a_run_under_way_counts_its_missing_cells_by_task_and_model_in_one_line(
     b.manifest(extra=extra)
     problems = load_run(tmp_path).problems
     assert len(extra) > MAX_MISSING_LISTED
-    assert problems == [f"12 of 13 planned cells have no file in cells/ yet (rerunning the run's command resumes "
-                        f"them): occlusion base 4, occlusion tensor 8"]
+    assert problems == ["12 of 13 planned cells have no file in cells/ yet (rerunning the run's command resumes "
+                        "them): occlusion base 4, occlusion tensor 8"]

@@ -16,7 +16,7 @@ from tmem_bench.errors import UsageError
 from tmem_bench.report.data import RunData, load_run
 from tmem_bench.report.hypothesis import read_hypothesis
 from tmem_bench.report.rank_stats import critical_tau, holm, kendall_tau, model_interval, permutation_p, rho_rows
-from tmem_bench.report.validity import (MEAN_ALL, Score, external_scores, summary, toy_scores, validity_markdown,
+from tmem_bench.report.validity import (MEAN_ALL, external_scores, summary, toy_scores, validity_markdown,
                                         validity_table)
 
 
