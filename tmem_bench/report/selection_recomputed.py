@@ -49,13 +49,12 @@ def _search(record: dict, by_id: dict[str, dict]) -> LRSearch | None:
     return LRSearch(trials, tuple(record["seeds"]), second_seed=record.get("second_seed"))
 
 
-def _unchosen_trials(results: list[dict], manifest: dict | None) -> tuple[set[str], list[str]]:
+def _unchosen_trials(results: list[dict], entries: list) -> tuple[set[str], list[str]]:
     """The trials of searches with no lr chosen yet, and a line for each, in a run that has no
     selection.json: cells the manifest plans under one description, which the finished ones show to
     differ in their lr alone. Left in, the trials of one model would read as seeds of one point."""
-    entries = manifest.get("cells") if isinstance(manifest, dict) else None
     planned: dict[str, list[str]] = {}
-    for e in entries if isinstance(entries, list) else []:
+    for e in entries:
         if isinstance(e, dict) and not e.get("after_selection") and isinstance(e.get("describe"), str):
             planned.setdefault(e["describe"], []).append(e.get("id"))
     by_id = {r["cell_id"]: r for r in results}
@@ -106,12 +105,12 @@ def searches(run_dir: RunDir, results: list[dict], manifest: dict | None) -> tup
         left_out |= ({c.id for c in search.trials} | later) - shown
         explained |= later
         records.append(chosen)
-    if not written and not run_dir.selection_path.exists():
-        unchosen, lines = _unchosen_trials(results, manifest)
-        left_out |= unchosen
-        problems += lines
     entries = manifest.get("cells") if isinstance(manifest, dict) else None
     entries = entries if isinstance(entries, list) else []
+    if not written and not run_dir.selection_path.exists():
+        unchosen, lines = _unchosen_trials(results, entries)
+        left_out |= unchosen
+        problems += lines
     after = {e["id"] for e in entries if isinstance(e, dict) and e.get("after_selection")}
     if after - explained:
         what = "is missing" if not written and not run_dir.selection_path.exists() else "records no search of them"
