@@ -75,9 +75,9 @@ def middle_level(task) -> dict:
 
 # A copy of the finished grid run (the `run` fixture of tests/conftest.py).
 
-def rerun(run: Path, capsys) -> tuple[int, str, str]:
+def rerun(run: Path, capsys, *flags: str) -> tuple[int, str, str]:
     return cli(["run", "coordinate_binding", "--profile", run.parent / "grid.toml", "--out", run, "--device", "cpu",
-                "--no-report"], capsys)
+                "--no-report", *flags], capsys)
 
 
 def selection(run: Path) -> dict:

@@ -1,6 +1,6 @@
 """A cell's files: its result read and checked against the schema (a malformed one named by the report
-and trained again on resume), its weights (the same bytes on every run, and trained again when bad),
-its rows of the results table, and the atomic writer."""
+and trained again on resume), its weights (the same bytes on every run, trained again when bad or, without
+--keep-weightless, absent), its rows of the results table, and the atomic writer."""
 from __future__ import annotations
 
 import hashlib
@@ -114,6 +114,26 @@ def test_a_cell_with_bad_weights_is_trained_again_on_resume_and_says_so(run, cap
     assert again.keys() == before.keys() and all(torch.equal(again[k], before[k]) for k in again)
     assert {p.name: p.stat().st_mtime_ns for p in (run / "cells").iterdir() if not p.name.startswith(final)} == others
     assert "training it again" not in rerun(run, capsys)[2]
+
+
+def test_keep_weightless_resumes_a_run_committed_without_its_weights(run, capsys):
+    """A clone of a run committed without its weights (`.gitignore`) resumes without training those
+    cells again; weights present but torn, and a torn result, are trained again all the same."""
+    cells = run / "cells"
+    torn_weights, torn_result, *absent = sorted(cells.glob("*.safetensors"))
+    assert absent, "the fixture's run needs at least three cells"
+    _corrupt(torn_weights)
+    for path in (torn_result, *absent):
+        path.unlink()
+    _truncate(torn_result.with_suffix(".json"))
+    kept = {p: p.read_bytes() for p in (w.with_suffix(".json") for w in absent)}
+    code, _, err = rerun(run, capsys, "--keep-weightless")
+    assert code == 0, err
+    assert f"kept {len(absent)} finished cell(s) without weights" in err
+    again = sorted(line for line in err.splitlines() if "training it again" in line)
+    assert len(again) == 2 and all(any(w.stem in line for line in again) for w in (torn_weights, torn_result))
+    assert {p: p.read_bytes() for p in kept} == kept and not any(w.exists() for w in absent)
+    assert torn_weights.exists() and torn_result.exists()
 
 
 def test_training_loop_speed_comes_from_the_logged_windows():

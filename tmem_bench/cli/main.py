@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true", help="skip writing report.md and figures/ at the end")
     run.add_argument("--append", action="store_true",
                      help="add this plan's cells to a run directory that holds a different plan")
+    run.add_argument("--keep-weightless", action="store_true",
+                     help="keep finished cells whose weights file is absent (a run committed without its "
+                          "*.safetensors, cloned) instead of training them again")
     run.add_argument("--dry-run", action="store_true",
                      help="print the plan and an estimate of its wall time on this machine and executor, from a "
                           "few training steps per shape measured once per machine and kept in the user's cache; "

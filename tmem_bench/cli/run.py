@@ -48,7 +48,8 @@ def cmd_run(args) -> int:
     # once they pass: a refusal comes first, in one line.
     settings = {"task": args.task, "profile": args.profile, "overrides": vars(overrides), "device": args.device}
     results = run_plan(plan, out, device=args.device, settings=settings, append=args.append,
-                       executor=executor, retries=args.retries, announce=lambda: tell_cost(plan, out, executor, args))
+                       executor=executor, retries=args.retries, keep_weightless=args.keep_weightless,
+                       announce=lambda: tell_cost(plan, out, executor, args))
     run_dir = RunDir(out)
     Console(width=None if sys.stdout.isatty() else 160).print(summary_rich(run_data(results)))
     planned = {c.id for c in plan.cells} | {r["cell_id"] for r in results}

@@ -296,21 +296,26 @@ class RunDir:
         except FileNotFoundError:
             return None
 
-    def unfinished(self, cells: list, say=print) -> list:
-        """The cells without a readable result and sound weights; a failure record of a finished cell
-        is removed."""
-        todo = []
+    def unfinished(self, cells: list, say=print, keep_weightless: bool = False) -> list:
+        """The cells without a readable result and sound weights (or, with `keep_weightless`, with no weights
+        file: a clone of a run committed without them); a failure record of a finished cell is removed."""
+        todo, weightless = [], 0
         for cell in cells:
             if not self.cell_path(cell.id).exists():
                 todo.append(cell)
                 continue
             try:
-                problem = self.weights_problem(cell.id, self.read_cell(cell.id))
+                result = self.read_cell(cell.id)
+                kept = keep_weightless and not self.weights_path(cell.id).exists()
+                problem = None if kept else self.weights_problem(cell.id, result)
             except ValueError as e:  # left half-done by a killed run, or edited: never trusted
-                problem = str(e)
+                problem, kept = str(e), False
+            weightless += kept
             if problem:
                 say(f"{cell.describe()}: {problem}; training it again")
                 todo.append(cell)
+        if weightless:
+            say(f"kept {weightless} finished cell(s) without weights (--keep-weightless; submit and probe need them)")
         if len(todo) < len(cells):
             say(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {self.path}")
         waiting = {c.id for c in todo}

@@ -56,6 +56,7 @@ def run_plan(
     executor: ExecutorOptions | str | None = None,
     retries: int = 1,
     announce: Callable[[], None] | None = None,
+    keep_weightless: bool = False,
 ) -> list[dict]:
     """Run every cell not yet finished in `run_dir` on `executor` (serial by default); a cell that
     raises is tried `retries` more times, then recorded in failed/<id>.json. A plan's learning-rate
@@ -93,7 +94,8 @@ def run_plan(
             for stage in stages:
                 cells = stage if isinstance(stage, list) else [c for c in stage() if c.id not in wanted]
                 wanted |= {c.id for c in cells}
-                todo = run_dir.unfinished(cells, say=lambda line: console.print(escape(line)))
+                todo = run_dir.unfinished(cells, say=lambda line: console.print(escape(line)),
+                                          keep_weightless=keep_weightless)
                 if todo:
                     executor = executor or make_executor(options, run_dir, device)
                     run_dir.write_jobs(executor)
