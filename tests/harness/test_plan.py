@@ -12,7 +12,7 @@ from tests.profiles import GRID
 from tmem_bench.contracts.task import MAX_TRAIN_SEED, SEED_BITS
 from tmem_bench.errors import UsageError
 from tmem_bench.harness.plan import Overrides, make_plan, plan_run
-from tmem_bench.levels import level_key
+from tmem_bench.levels import level_key, where_described
 from tmem_bench.registry import get_task
 
 
@@ -28,6 +28,17 @@ def test_quick_profile_trains_once_and_evaluates_every_level():
     standard = [c for c in cells if c.variant == "standard"]
     assert len({c.train_level["n_writes"] for c in standard}) == 1
     assert {lv["n_writes"] for c in standard for lv in c.eval_levels} == {5, 10, 20, 50}
+
+
+def test_a_cells_description_names_where_it_lies():
+    """A manifest keeps a cell not yet trained by its description alone, so `validity` reads from it
+    the (task, variant, level) a run under way still lacks (issue 59)."""
+    planned = make_plan("coordinate_binding", "quick")
+    cells = [next(c for c in planned if c.variant == "standard"), next(c for c in planned if c.variant != "standard")]
+    for cell in cells:
+        assert where_described(cell.describe()) == (cell.task, cell.variant, level_key(cell.train_level))
+    for text in ["", "junk", "a @ b seed 1", "coordinate_binding base @ n_writes=5"]:
+        assert where_described(text) is None
 
 
 def test_cell_id_depends_on_settings():

@@ -369,16 +369,32 @@ def test_the_summary_counts_the_counted_cells_that_had_converged_per_run_and_lev
                                                                              f"converged: {external_line}"]
 
 
-def test_the_stated_pair_is_tested_on_whole_runs_only(tmp_path):
+def test_the_stated_pair_is_tested_only_once_every_cell_of_its_sides_is_in(tmp_path):
     study = load_run(ROOT / "docs/runs/study_converge")
     external = ordered_external(study, "2026-01-04T00:00:00+00:00")
     assert validity_table([study], external, stated(tmp_path), n_boot=50).reasons == []
-    for unfinished, unchosen, why in [(3, 0, "3 planned cell(s) without a result"),
-                                      (0, 2, "2 learning-rate search(es) with no lr chosen")]:
-        external.unfinished, external.unchosen = unfinished, unchosen
+    toy_side = ("coordinate_binding", "block_queries=True", "n_writes=10,noise=0.05")
+    standard = ("popgym_repeat_first", "standard", "difficulty=2")
+    for run, unfinished, unchosen, why in [
+            (external, [standard] * 3, [], "ext has 3 cell(s) without a result on"),
+            (external, [None], [standard] * 2, "ext has 1 cell(s) without a result and 2 learning-rate search(es)"),
+            (study, [toy_side], [], "study_converge has 1 cell(s) without a result on"),
+            (study, [], [None], "study_converge has 1 learning-rate search(es) with no lr chosen on")]:
+        run.unfinished, run.unchosen = unfinished, unchosen
         v = validity_table([study], external, stated(tmp_path), n_boot=50)
-        assert v.reasons == [f"run ext is not whole yet ({why}), and the stated pair is tested on whole runs only"]
+        assert len(v.reasons) == 1 and why in v.reasons[0] and "the stated pair's side" in v.reasons[0]
         assert set(v.table["role"]) == {"exploratory"} and summary(v)[0].startswith("no confirmatory pair")
-    # a run under way is read so: its planned cells without a file and its searches still choosing counted
+        run.unfinished, run.unchosen = [], []
+    # what lacks off the pair's sides waits for nothing: another toy score's cells, the external
+    # run's memory-forcing ones (their options known from a finished cell)
+    study.unfinished = [("coordinate_binding", "standard", "n_writes=10,noise=0.05"), ("occlusion", *toy_side[1:])]
+    external.unfinished = external.unchosen = [("popgym_repeat_first", "block_past=True", "difficulty=1")]
+    external.task_options = {("popgym_repeat_first", "block_past=True"): {"block_past": True}}
+    assert validity_table([study], external, stated(tmp_path), n_boot=50).reasons == []
+    external.task_options = {}  # a variant no finished cell has told: on every side
+    assert len(validity_table([study], external, stated(tmp_path), n_boot=50).reasons) == 1
+    # a run under way is read so: its cells without a file and its searches still choosing, where each lies
     toy = load_run(ROOT / "docs/runs/validity_toy")
-    assert toy.unfinished > 0 and toy.unchosen > 0
+    assert toy.unfinished and toy.unchosen and None not in toy.unfinished
+    assert {w[:2] for w in toy.unfinished} == {("coordinate_binding", "standard"),
+                                               ("coordinate_binding", "block_queries=True")}

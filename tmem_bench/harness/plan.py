@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 
 from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, level_key
+from ..levels import describe_cell
 from ..diagnostics.convergence import load_early_stop
 from ..errors import UsageError, check_int
 from ..registry import TASKS, get_task, task_names
@@ -45,8 +46,7 @@ class Cell:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
-        variant = "" if self.variant == "standard" else f" [{self.variant}]"
-        return f"{self.task}{variant} {self.label} @ {level_key(self.train_level)} seed {self.seed}"
+        return describe_cell(self.task, self.variant, self.label, level_key(self.train_level), self.seed)
 
     def task_object(self):
         """The cell's task, made with its options (made once per process: registry.get_task)."""

@@ -14,8 +14,9 @@ import pandas as pd
 from ..errors import UsageError
 from ..harness.results import gate_rows, history_rows, loop_steps_per_s, rows
 from ..harness.rundir import RunDir
+from ..levels import where_described
 from ..registry import BUILTIN_TASKS
-from .selection_recomputed import UNCHOSEN, searches
+from .selection_recomputed import searches
 
 TASK_ORDER = tuple(BUILTIN_TASKS)
 MODEL_ORDER = ("base", "base_wide", "slots")  # the paper's toy-suite attention baselines come first
@@ -37,8 +38,11 @@ class RunData:
     state_probe: dict | None = None  # state_probe.json where `tmem-bench probe` was run and it reads
     # learning-rate trials not at the chosen lr (read by the selection only) that a retired rule stopped early
     trials_stopped_too_early: list[dict] = field(default_factory=list)
-    unfinished: int = 0  # planned cells with no result yet (missing or failed)
-    unchosen: int = 0  # learning-rate searches with no lr chosen yet
+    # Where a run under way still lacks something, as (task, variant, training level), None where a
+    # manifest does not say: a cell planned or chosen with no result yet (missing or failed), and a
+    # learning-rate search with no lr chosen yet.
+    unfinished: list[tuple | None] = field(default_factory=list)
+    unchosen: list[tuple | None] = field(default_factory=list)
 
     @property
     def dir(self) -> RunDir:
@@ -96,9 +100,24 @@ def load_run(run_dir) -> RunData:
     problems.extend([problem] if problem else [])
     data = run_data(results, run_dir.path, manifest, problems, probe_accuracy)
     data.selection, data.state_probe, data.trials_stopped_too_early = selection, probe, trials
-    data.unfinished = sum(cid not in stored_ids for cid in planned)
-    data.unchosen = sum(p.startswith(UNCHOSEN) for p in found)
+    data.unfinished, data.unchosen = _lacking(selection, planned, stored_ids, left_out)
     return data
+
+
+def _lacking(selection: list[dict], planned: dict, stored: set[str], left_out: set[str]) -> tuple[list, list]:
+    """RunData.unfinished and .unchosen: the planned cells and, where selection.json is stale, the
+    final cells the recomputed choices make, without a result; the searches with no lr chosen, or
+    before the first selection.json, the trials left out (one description per search)."""
+    def where(record):
+        return record["task"], record["variant"], record["train_level"]
+
+    unfinished = {cid: where_described(d) if d else None for cid, d in planned.items() if cid not in stored}
+    for record in selection:
+        unfinished |= {cid: where(record) for cid in record["final_cells"] if cid not in stored}
+    unchosen = [where(r) for r in selection if r["chosen_lr"] is None]
+    if not selection:
+        unchosen += [where_described(d) for d in sorted({planned.get(cid) or "" for cid in left_out})]
+    return list(unfinished.values()), unchosen
 
 
 def _missing_lines(missing: list[tuple[str, str | None]], planned: int) -> list[str]:

@@ -7,8 +7,9 @@ EXTERNAL_RUN`). The models, not the seeds, are resampled: the question is whethe
 for memories beyond these, and a seed's noise already sits inside each model's mean.
 
 The pair a hypothesis stated before the external run's first cell names (`read_hypothesis`, issue 59)
-is tested as stated, first; every other pair is exploratory, its p-values Holm-corrected over all of
-them. A hypothesis stated later, or naming a pair these runs lack, makes every pair exploratory.
+is tested as stated, first, once every cell of its two sides is in; every other pair is exploratory,
+its p-values Holm-corrected over all of them. A hypothesis stated later, or naming a pair these runs
+lack, makes every pair exploratory.
 
 A score is one number per model and seed:
 - toy: accuracy at the level a model was trained at, in every variant of a task that has a
@@ -43,6 +44,7 @@ CEILING_MARGIN = 0.01
 # POPGym's returns lie in [-1, 1]; closed-loop means carry float error past it (1.0000000000000007).
 RETURN_SLACK = 1e-9
 MEAN_ALL, MEAN_KEPT = "mean return over environments", "mean return over kept levels"
+FORCING = " (memory forcing)"  # names an external score of the memory-forcing variants
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def external_scores(data: RunData) -> list[Score]:
     _check_numbers(rows, "normalised_return", data, (-1.0, 1.0))
     rows = rows.astype({"accuracy": float, "normalised_return": float})
     # Each memory condition apart: a memory-forcing variant's scores, and its means, are named so.
-    rows["condition"] = [" (memory forcing)" if variant_forces_memory(t, v, data.task_options.get((t, v), {})) else ""
+    rows["condition"] = [FORCING if variant_forces_memory(t, v, data.task_options.get((t, v), {})) else ""
                          for t, v in zip(rows["task"], rows["variant"])]
     scores = []
     for (task, condition, train_level), group in rows.groupby(["task", "condition", "train_level"], sort=True):
@@ -199,12 +201,26 @@ def _budget(data: RunData, toy: bool) -> str:
             + (f", {unknown} do not say" if unknown else "") + f" ({'; '.join(parts)})")
 
 
-def _not_whole(data: RunData) -> str:
-    """What a run still lacks ('' where nothing): a confirmatory test read off part of a run could be
-    read again, and differ, once the rest lands."""
-    parts = [f"{data.unfinished} planned cell(s) without a result"] if data.unfinished else []
-    parts += [f"{data.unchosen} learning-rate search(es) with no lr chosen"] if data.unchosen else []
-    return ", ".join(parts)
+def _not_whole(data: RunData, on_side) -> str:
+    """What a run still lacks of the stated pair's side ('' where nothing): a confirmatory test read
+    off part of its cells could be read again, and differ, once the rest lands. `on_side` tells
+    whether a (task, variant, training level) is on it; one a manifest does not name always is."""
+    unfinished = sum(w is None or on_side(*w) for w in data.unfinished)
+    unchosen = sum(w is None or on_side(*w) for w in data.unchosen)
+    parts = [f"{unfinished} cell(s) without a result"] if unfinished else []
+    parts += [f"{unchosen} learning-rate search(es) with no lr chosen"] if unchosen else []
+    return " and ".join(parts)
+
+
+def _external_side(data: RunData, forcing: bool):
+    """Whether a cell of the external run is on the side of a score of that memory condition: every
+    level of it, since the mean over kept levels depends on them all. A variant whose options no
+    finished cell records yet is on both sides."""
+    def on_side(task, variant, level):
+        options = data.task_options.get((task, variant))
+        unknown = options is None and variant != "standard"
+        return unknown or variant_forces_memory(task, variant, options or {}) == forcing
+    return on_side
 
 
 def _left_out(data: RunData, shared: set[str], toy: bool) -> list[str]:
@@ -255,8 +271,10 @@ def validity_table(toy_runs: list[RunData], external: RunData, hypothesis: Hypot
                        for e in externals if e.key == (hypothesis.external,)), None)
     reasons = exploratory_reasons(hypothesis, external, stated is not None)
     if hypothesis is not None:
-        reasons += [f"run {d.run_dir} is not whole yet ({why}), and the stated pair is tested on whole runs only"
-                    for d in [*toy_runs, external] if (why := _not_whole(d))]
+        sides = [(d, lambda *where: where == hypothesis.toy) for d in toy_runs]
+        sides.append((external, _external_side(external, FORCING in hypothesis.external)))
+        reasons += [f"run {d.run_dir} has {why} on the stated pair's side, which is tested only once all its "
+                    "cells are in" for d, on_side in sides if (why := _not_whole(d, on_side))]
     rows = []
     if not reasons:
         rows.append(pair_stats(*stated, DIRECTIONS[hypothesis.direction], n_boot) | {"role": "confirmatory"})
