@@ -109,6 +109,8 @@ def test_a_cell_with_bad_weights_is_trained_again_on_resume_and_says_so(run, cap
     assert code == 0, err
     said = [line for line in err.splitlines() if f"cells/{final}.safetensors" in line]
     assert len(said) == 1 and "training it again" in said[0], err
+    hint = "1 of these lack only their weights file: --keep-weightless keeps their results instead"
+    assert (hint in err) == (damage == "missing"), err
     # Trained again from its seed: the same tensors (the header's key order is safetensors' own).
     again, before = safetensors.torch.load(weights.read_bytes()), safetensors.torch.load(good)
     assert again.keys() == before.keys() and all(torch.equal(again[k], before[k]) for k in again)

@@ -79,8 +79,7 @@ class RunDir:
     def __fspath__(self) -> str:
         return str(self.path)
 
-    def __str__(self) -> str:
-        return str(self.path)
+    __str__ = __fspath__
 
     @classmethod
     def create(cls, path) -> RunDir:
@@ -306,16 +305,17 @@ class RunDir:
                 continue
             try:
                 result = self.read_cell(cell.id)
-                kept = keep_weightless and not self.weights_path(cell.id).exists()
-                problem = None if kept else self.weights_problem(cell.id, result)
+                absent = not self.weights_path(cell.id).exists()
+                problem = None if keep_weightless and absent else self.weights_problem(cell.id, result)
             except ValueError as e:  # left half-done by a killed run, or edited: never trusted
-                problem, kept = str(e), False
-            weightless += kept
+                problem, absent = str(e), False
+            weightless += absent
             if problem:
                 say(f"{cell.describe()}: {problem}; training it again")
                 todo.append(cell)
         if weightless:
-            say(f"kept {weightless} finished cell(s) without weights (--keep-weightless; submit and probe need them)")
+            say(f"kept {weightless} finished cell(s) without weights (--keep-weightless)" if keep_weightless else
+                f"{weightless} of these lack only their weights file: --keep-weightless keeps their results instead")
         if len(todo) < len(cells):
             say(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {self.path}")
         waiting = {c.id for c in todo}
