@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 
 from ..contracts.task import MAX_TRAIN_SEED, SEED_BITS, level_key
-from ..levels import describe_cell
 from ..diagnostics.convergence import load_early_stop
 from ..errors import UsageError, check_int
+from ..levels import describe_cell
 from ..registry import TASKS, get_task, task_names
 from .plan_checks import check_model
 from .profiles import load_profile, needs_extra, profile_names
