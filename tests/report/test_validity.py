@@ -4,8 +4,10 @@ synthetic rankings (a perfect order, a random one, ties) against scipy; the scor
 committed toy runs and from an external run's table, and the values refused there; the hypothesis
 read, and its pair confirmatory only where it was stated before the external run's first cell."""
 import itertools
-import re
+import json
 import math
+import re
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -393,8 +395,19 @@ def test_the_stated_pair_is_tested_only_once_every_cell_of_its_sides_is_in(tmp_p
     assert validity_table([study], external, stated(tmp_path), n_boot=50).reasons == []
     external.task_options = {}  # a variant no finished cell has told: on every side
     assert len(validity_table([study], external, stated(tmp_path), n_boot=50).reasons) == 1
-    # a run under way is read so: its cells without a file and its searches still choosing, where each lies
-    toy = load_run(ROOT / "docs/runs/validity_toy")
-    assert toy.unfinished and toy.unchosen and None not in toy.unfinished
-    assert {w[:2] for w in toy.unfinished} == {("coordinate_binding", "standard"),
-                                               ("coordinate_binding", "block_queries=True")}
+
+
+def test_a_run_under_way_is_read_with_its_missing_cells_and_unchosen_searches_where_each_lies(tmp_path):
+    """A copy of a finished run made to stand mid-run, since a committed run under way finishes."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "docs/runs/study_converge", run)
+    searches = json.loads((run / "selection.json").read_text())["searches"]
+    choosing = next(s for s in searches if s["task"] == "coordinate_binding")
+    seeding = next(s for s in searches if s["task"] == "occlusion")
+    trials = {t["cell_id"] for t in seeding["trials"] + seeding["second_trials"]}
+    (run / "cells" / f"{choosing['trials'][0]['cell_id']}.json").unlink()
+    (run / "cells" / f"{next(c for c in seeding['final_cells'] if c not in trials)}.json").unlink()
+    data = load_run(run)
+    where = [(s["task"], s["variant"], s["train_level"]) for s in (choosing, seeding)]
+    assert data.unchosen == where[:1] and None not in data.unfinished
+    assert set(data.unfinished) == set(where)
