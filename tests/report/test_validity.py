@@ -18,7 +18,7 @@ from tmem_bench.errors import UsageError
 from tmem_bench.report.data import RunData, load_run
 from tmem_bench.report.hypothesis import read_hypothesis
 from tmem_bench.report.rank_stats import critical_tau, holm, kendall_tau, model_interval, permutation_p, rho_rows
-from tmem_bench.report.validity import (MEAN_ALL, external_scores, summary, toy_scores, validity_markdown,
+from tmem_bench.report.validity import (MEAN_ALL, MEAN_KEPT, external_scores, summary, toy_scores, validity_markdown,
                                         validity_table)
 
 
@@ -350,6 +350,18 @@ def test_an_external_memory_forcing_variant_is_scored_apart_with_means_of_its_ow
                            MEAN_ALL + " (memory forcing)", "mean return over kept levels (memory forcing)"}
     assert scores["mean return over kept levels"].values["e"] == pytest.approx([0.4, 0.41])
     assert scores["mean return over kept levels (memory forcing)"].values["e"] == pytest.approx([-0.4, -0.41])
+    assert scores["mean return over kept levels"].over == ("repeat_first @ difficulty=1",)
+
+
+def test_the_summary_names_the_levels_the_kept_mean_averages_and_those_its_rule_leaves_out():
+    study = load_run(ROOT / "docs/runs/study_converge")
+    order = sorted(toy_scores(study)[0].values)
+    rows = external_run({m: [i / 10, i / 10 + 0.01] for i, m in enumerate(order)}).table
+    solved = rows.assign(train_level="difficulty=2", normalised_return=1.0, accuracy=1.0, cell_id="s" + rows["cell_id"])
+    external = RunData("ext", None, pd.concat([solved, rows], ignore_index=True), pd.DataFrame(), pd.DataFrame(), {})
+    lines = summary(validity_table([study], external, n_boot=50))
+    assert (f"{MEAN_KEPT} averages repeat_first @ difficulty=1; its rule leaves out repeat_first @ difficulty=2"
+            in lines)
 
 
 def test_the_summary_counts_the_counted_cells_that_had_converged_per_run_and_level():

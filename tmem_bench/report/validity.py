@@ -24,7 +24,7 @@ learning rate each search chose count.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +50,13 @@ FORCING = " (memory forcing)"  # names an external score of the memory-forcing v
 @dataclass(frozen=True)
 class Score:
     """One measure of every model: `values[label]` has one number per seed; `key` what a hypothesis
-    names it by: (task, variant, train_level) for a toy score, its name for an external one."""
+    names it by: (task, variant, train_level) for a toy score, its name for an external one; `over`
+    the levels a mean return averages ("task @ level"), so that a reader sees which the rule kept."""
     name: str
     kind: str  # "toy" or "external"
     values: dict[str, tuple[float, ...]]
     key: tuple = ()
+    over: tuple[str, ...] = ()
 
     def means(self, labels) -> np.ndarray:
         return np.array([np.mean(self.values[label]) for label in labels])
@@ -167,7 +169,10 @@ def external_scores(data: RunData) -> list[Score]:
         for name, levels in ((MEAN_ALL + condition, played), (MEAN_KEPT + condition, kept_rows)):
             if len(levels):
                 mean = levels.groupby(["label", "seed"])["normalised_return"].mean().reset_index()
-                scores.append(Score(name, "external", _by_seed(mean, "normalised_return"), (name,)))
+                where = sorted(set(zip(levels["task"].str.removeprefix("popgym_"), levels["train_level"])),
+                               key=lambda w: (w[0], natural_key(w[1])))
+                over = tuple(f"{task} @ {level}" for task, level in where)
+                scores.append(Score(name, "external", _by_seed(mean, "normalised_return"), (name,), over))
     return scores
 
 
@@ -181,6 +186,7 @@ class Validity:
     left_out: list[str]  # every cell no score counts, and why
     alpha: float
     budget: list[str]  # per run, how many of the cells its scores count had converged
+    means: dict[str, tuple[str, ...]] = field(default_factory=dict)  # each mean return's levels (Score.over)
 
 
 def _budget(data: RunData, toy: bool) -> str:
@@ -291,7 +297,9 @@ def validity_table(toy_runs: list[RunData], external: RunData, hypothesis: Hypot
     left_out = [line for data in toy_runs for line in _left_out(data, external_models, toy=True)]
     left_out += _left_out(external, toy_models, toy=False)
     budget = [_budget(data, toy=True) for data in toy_runs] + [_budget(external, toy=False)]
-    return Validity(table[columns], hypothesis, reasons, left_out, hypothesis.alpha if hypothesis else ALPHA, budget)
+    means = {e.name: e.over for e in externals if e.over}
+    return Validity(table[columns], hypothesis, reasons, left_out, hypothesis.alpha if hypothesis else ALPHA, budget,
+                    means)
 
 
 def _num(v: float, fmt: str = "+.2f") -> str:
@@ -347,6 +355,12 @@ def summary(v: Validity) -> list[str]:
     lines.append("'-': no tau, as one score ranks every model alike"
                  + (f"; blank heatmap columns: {', '.join(blank)} (every model scores the same there)" if blank else "")
                  + "; a percentile interval can miss its point where resampled models tie")
+    played = {name.removeprefix(MEAN_ALL): over for name, over in v.means.items() if name.startswith(MEAN_ALL)}
+    for name, over in v.means.items():
+        if name.startswith(MEAN_KEPT):
+            dropped = [lv for lv in played.get(name.removeprefix(MEAN_KEPT), ()) if lv not in over]
+            lines.append(f"{name} averages {', '.join(over)}" + (f"; its rule leaves out {', '.join(dropped)}"
+                                                                   if dropped else ""))
     lines += [f"converged: {line}" for line in v.budget]
     lines += [f"left out: {line}" for line in v.left_out]
     return lines
