@@ -321,8 +321,9 @@ def blank_externals(table: pd.DataFrame) -> list[str]:
 
 def summary(v: Validity) -> list[str]:
     """What `tmem-bench validity` prints: the stated pair, the strongest relation, how many pairs a
-    Holm-corrected test tells from none, what '-' and a blank column mean, how many of the counted
-    cells had converged, and the left-out cells."""
+    Holm-corrected test tells from none, what '-' and a blank column mean, the levels each kept mean
+    averages and those its rule leaves out, how many of the counted cells had converged, and the
+    left-out cells."""
     t = v.table
     n = int(t["n_models"].max()) if len(t) else 0
     exploratory = t[t["role"] == "exploratory"]
