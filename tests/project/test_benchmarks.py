@@ -162,3 +162,24 @@ def test_probe_table_sets_the_best_uncalibrated_read_beside_the_number_and_keeps
     assert len(lines) == 3  # the header, its rule and the one cell whose number moved
     assert "| 84.0% (attention) | 82.0% (rows_linear) | 84.0% (attention; uncalibrated) |" in lines[2]
     assert len(probe_table.tables({"rows": [moved, kept]}, earlier, rows=True)) == 4
+
+
+def test_retrain_cell_reproduces_a_finished_cell_to_its_weights_hash_and_names_any_difference(finished_run, tmp_path):
+    (stored,) = (finished_run / "run" / "cells").glob("*.json")
+    result = json.loads(stored.read_text())
+
+    def retrain(changed: dict) -> subprocess.CompletedProcess:
+        path = tmp_path / stored.name
+        path.write_text(json.dumps(result | changed))
+        return subprocess.run([sys.executable, str(SCRIPTS / "retrain_cell.py"), str(path)],
+                              capture_output=True, text=True, timeout=300)
+
+    same = retrain({})
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert f"torch threads: {result['torch_threads']}" in same.stdout  # the cell's own: the numbers depend on it
+    assert f"weights sha256: stored {result['weights_sha256']!r}, retrained {result['weights_sha256']!r}" in same.stdout
+    assert same.stdout.rstrip().endswith("identical")
+    other_weights = retrain({"weights_sha256": "0" * 64})
+    assert other_weights.returncode == 1 and other_weights.stdout.rstrip().endswith("different")
+    other_accuracy = retrain({"eval": [result["eval"][0] | {"accuracy": 1.0}, *result["eval"][1:]]})
+    assert other_accuracy.returncode == 1 and "accuracy: stored 1.0, retrained" in other_accuracy.stdout
