@@ -6,8 +6,8 @@ from dataclasses import asdict, replace
 
 from tests.profiles import NO_DROPOUT, tiny_profile
 from tmem_bench.harness.plan import Overrides, make_plan
-from tmem_bench.files import write_json
-from tmem_bench.harness.rundir import RunDir
+from tmem_bench.files import write_atomic, write_json
+from tmem_bench.harness.rundir import RunDir, sha256
 
 TINY = Overrides(models=["base"], levels={"n_writes": [3, 5]}, steps=4, batch_size=8)
 
@@ -74,14 +74,18 @@ def tiny_cell(tmp_path, steps=300, early_stop=True):
     return cell
 
 
-def finish(run_dir, cell):
-    """A finished cell's result file (valid against the cell schema) for `cell`."""
+def finish(run_dir, cell, weights=True):
+    """A finished cell's result file (valid against the cell schema) for `cell`, with a stand-in weights
+    file whose hash it keeps, or (not `weights`) without one, as a run committed without them."""
     level = cell.train_level
-    write_json(RunDir(run_dir).cell_path(cell.id), {
-        "cell_id": cell.id, "cell": asdict(cell), "status": "finished",
-        "eval": [{"level": level, "level_key": "-", "accuracy": 0.5, "chance": 0.1, "ceiling": 1.0, "n": 10,
-                  "fingerprint": "0" * 64}],
-    })
+    run_dir = RunDir(run_dir)
+    result = {"cell_id": cell.id, "cell": asdict(cell), "status": "finished",
+              "eval": [{"level": level, "level_key": "-", "accuracy": 0.5, "chance": 0.1, "ceiling": 1.0, "n": 10,
+                        "fingerprint": "0" * 64}]}
+    if weights:
+        write_atomic(run_dir.weights_path(cell.id), cell.id.encode())
+        result["weights_sha256"] = sha256(run_dir.weights_path(cell.id))
+    write_json(run_dir.cell_path(cell.id), result)
 
 
 def killed_on(n: int, train_cell, calls: list):

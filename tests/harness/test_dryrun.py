@@ -36,6 +36,12 @@ def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
     assert f"1 already finished in {out}" in text and "1 cell(s) to run" in text
     assert "wall time on a local pool of 2 worker(s), 1 thread(s) each" in text
 
+    (out / "cells" / f"{plan.cells[0].id}.safetensors").unlink()  # as in a clone of a run committed without them
+    assert main(args) == 0
+    assert "2 cell(s) to run" in capsys.readouterr().out
+    assert main(args + ["--keep-weightless"]) == 0
+    assert "1 cell(s) to run" in capsys.readouterr().out
+
 
 def test_dry_run_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     from tmem_bench.cli import main

@@ -9,6 +9,7 @@ from tests.harness.helpers import EVERY, finish, tiny_cell
 from tmem_bench.harness.dryrun import fmt_levels
 from tmem_bench.harness.estimate import Affine, Cost, MeasuredCost, estimate, plan_rows
 from tmem_bench.harness.plan import Overrides, plan_run
+from tmem_bench.harness.rundir import RunDir
 
 
 class FixedCost:
@@ -41,6 +42,17 @@ def test_rows_count_every_cell_by_model_and_levels(quick_plan, tmp_path):
     (tmp_path / "cells" / f"{quick_plan.cells[1].id}.json").write_text("{torn")  # trained again: not finished
     rows = plan_rows(quick_plan.cells, quick_plan.searches, tmp_path)
     assert [r.finished for r in rows] == [1, 0]
+
+
+def test_a_cell_without_its_weights_counts_as_the_run_counts_it(quick_plan, tmp_path):
+    # The run trains it again unless --keep-weightless keeps its result; the estimate must agree.
+    finish(tmp_path, quick_plan.cells[0], weights=False)
+    finish(tmp_path, quick_plan.cells[1])
+    (tmp_path / "cells" / f"{quick_plan.cells[1].id}.safetensors").write_bytes(b"changed")
+    assert [r.finished for r in plan_rows(quick_plan.cells, quick_plan.searches, tmp_path)] == [0, 0]
+    assert [r.finished for r in plan_rows(quick_plan.cells, quick_plan.searches, tmp_path, keep_weightless=True)] == [1, 0]
+    assert RunDir(tmp_path).unfinished(quick_plan.cells, say=lambda _: None) == quick_plan.cells
+    assert len(RunDir(tmp_path).unfinished(quick_plan.cells, say=lambda _: None, keep_weightless=True)) == 7
 
 
 def test_levels_with_their_own_steps_are_rows_of_their_own(quick_plan):

@@ -42,7 +42,7 @@ def cmd_run(args) -> int:
         from ..harness.dryrun import dry_run
 
         print(dry_run(plan.cells, plan.searches, out, executor, args.device,
-                      what=f"{args.task} under profile {args.profile}"), end="")
+                      what=f"{args.task} under profile {args.profile}", keep_weightless=args.keep_weightless), end="")
         return 0
     # run_plan checks --retries and the run directory before anything is written, and tells the cost
     # once they pass: a refusal comes first, in one line.
@@ -85,7 +85,8 @@ def tell_cost(plan, out: Path, executor, args) -> None:
         return
     try:
         print(dry_run(plan.cells, plan.searches, out, executor, args.device,
-                      what=f"{args.task} under profile {args.profile}", dry=False), end="", flush=True)
+                      what=f"{args.task} under profile {args.profile}", dry=False,
+                      keep_weightless=args.keep_weightless), end="", flush=True)
     except Exception as e:  # an estimate is advice: training goes on without it; --debug shows where
         if args.debug:
             traceback.print_exception(e)

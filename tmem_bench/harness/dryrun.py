@@ -110,10 +110,11 @@ def render(est: Estimate, *, what: str, run_dir: Path, run_dir_exists: bool, exe
 
 
 def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, what: str,
-            meter: Meter | None = None, dry: bool = True) -> str:
+            meter: Meter | None = None, dry: bool = True, keep_weightless: bool = False) -> str:
     """The plan and its estimated wall time on the executor of `options` (executors.ExecutorOptions),
     from the step timings stored for this machine, measuring (and storing) those it lacks; reads
-    `run_dir` if it exists and writes nothing there."""
+    `run_dir` if it exists (counting its finished cells as a run with `keep_weightless` would) and
+    writes nothing there."""
     import torch
 
     from ..contracts.device import hardware, resolve_device
@@ -127,7 +128,7 @@ def dry_run(cells: list[Cell], searches, run_dir: Path, options, device: str, wh
     machine = f"{resolved.type}: {hardware(resolved)}; {threads} thread(s); torch {torch.__version__}; tmem-bench {__version__}"
     meter = meter or MeasuredCost(resolved, threads, timings=Timings(machine))
     run_dir_exists = Path(run_dir).is_dir()
-    rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None)
+    rows = plan_rows(cells, searches, Path(run_dir) if run_dir_exists else None, keep_weightless)
     measured = "per cell: setup + steps x the step time (+ validation checks) + evaluation"
     if isinstance(meter, MeasuredCost):
         meter.prepare(c for row in rows for c in row.cells)

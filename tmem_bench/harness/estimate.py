@@ -340,18 +340,9 @@ class Row:
     seconds: list[float] = field(default_factory=list)  # per cell of `cells`
 
 
-def _finished(run_dir: Path | None, cell: Cell) -> bool:
-    if run_dir is None:
-        return False
-    try:
-        RunDir(run_dir).read_cell(cell.id)
-    except ValueError:  # missing, torn or edited: trained again
-        return False
-    return True
-
-
-def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> list[Row]:
-    """The plan grouped for printing, with the cells already finished in `run_dir` counted.
+def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None, keep_weightless: bool = False) -> list[Row]:
+    """The plan grouped for printing, with the cells already finished in `run_dir` counted as the run
+    counts them (RunDir.finished: a cell whose weights are missing is trained again unless `keep_weightless`).
 
     `searches` are learning-rate selections (plan.LRSearch): their trials are among `cells` and
     become "trials" rows; their remaining seeds, trained once the lr is chosen, become "finals"
@@ -359,6 +350,11 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
     second selection seed adds a "second" row: the cells of that seed it may need (the runner-up's
     where the seed is also a final one, else both of the best two), whichever lrs they turn out at."""
     trial_ids = {c.id for s in searches for c in s.trials}
+    stored = RunDir(run_dir) if run_dir is not None else None
+
+    def _finished(cell: Cell) -> bool:
+        return stored is not None and stored.finished(cell.id, keep_weightless)
+
     groups: list[tuple[str, list[Cell], dict]] = [("cells", [c for c in cells if c.id not in trial_ids], {})]
     groups.append(("trials", [c for s in searches for c in s.trials], {}))
     second, done_second, finals, done_finals = [], {}, [], {}
@@ -368,13 +364,13 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
             shared = search.second_seed in search.seeds
             stand_in = search.second_trials(lrs[1:2] if shared else lrs[:2])
             second += stand_in
-            done = sum(_finished(run_dir, c) for c in search.second_trials(lrs)) - shared
+            done = sum(_finished(c) for c in search.second_trials(lrs)) - shared
             for i, c in enumerate(stand_in):
                 done_second[c.id] = i < done
         stand_in = list(search.finals(lrs[0]))
         finals += stand_in
         by_lr = [search.finals(lr) for lr in lrs]
-        done = max(sum(_finished(run_dir, c) for c in cs) for cs in by_lr) if by_lr else 0
+        done = max(sum(_finished(c) for c in cs) for cs in by_lr) if by_lr else 0
         for i, c in enumerate(stand_in):
             done_finals[c.id] = i < done
     groups += [("second", second, done_second), ("finals", finals, done_finals)]
@@ -398,7 +394,7 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None) -> li
                                       first.train["batch_size"], lrs, seeds)
             row.levels[lv_key] = first.train_level
             row.cells += level_cells
-            row.finished += sum(done[c.id] if c.id in done else _finished(run_dir, c) for c in level_cells)
+            row.finished += sum(done[c.id] if c.id in done else _finished(c) for c in level_cells)
     order = {"cells": 0, "trials": 1, "second": 2, "finals": 3}
     tasks = list(dict.fromkeys(c.task for c in cells))
     return sorted(rows.values(), key=lambda r: (tasks.index(r.task) if r.task in tasks else len(tasks),

@@ -295,20 +295,29 @@ class RunDir:
         except FileNotFoundError:
             return None
 
+    def stored_problem(self, cell_id: str, keep_weightless: bool = False) -> tuple[str | None, bool]:
+        """Why a stored cell is trained again (None when it is finished), and whether it lacks only its
+        weights file: no readable result, or weights missing or not its own, unless `keep_weightless`
+        lets a missing file pass (a clone of a run committed without them). A run and its dry run
+        count finished cells by this one rule."""
+        try:
+            result = self.read_cell(cell_id)
+        except ValueError as e:  # left half-done by a killed run, or edited: never trusted
+            return str(e), False
+        absent = not self.weights_path(cell_id).exists()
+        return (None if keep_weightless and absent else self.weights_problem(cell_id, result)), absent
+
+    def finished(self, cell_id: str, keep_weightless: bool = False) -> bool:
+        return self.cell_path(cell_id).exists() and self.stored_problem(cell_id, keep_weightless)[0] is None
+
     def unfinished(self, cells: list, say=print, keep_weightless: bool = False) -> list:
-        """The cells without a readable result and sound weights (or, with `keep_weightless`, with no weights
-        file: a clone of a run committed without them); a failure record of a finished cell is removed."""
+        """The cells `stored_problem` does not count finished; a failure record of a finished cell is removed."""
         todo, weightless = [], 0
         for cell in cells:
             if not self.cell_path(cell.id).exists():
                 todo.append(cell)
                 continue
-            try:
-                result = self.read_cell(cell.id)
-                absent = not self.weights_path(cell.id).exists()
-                problem = None if keep_weightless and absent else self.weights_problem(cell.id, result)
-            except ValueError as e:  # left half-done by a killed run, or edited: never trusted
-                problem, absent = str(e), False
+            problem, absent = self.stored_problem(cell.id, keep_weightless)
             weightless += absent
             if problem:
                 say(f"{cell.describe()}: {problem}; training it again")
