@@ -116,6 +116,18 @@ def test_the_external_table_ranks_by_return_not_accuracy():
     assert "In the external part" not in toy_only and "In the external part" in page
 
 
+def test_memory_forcing_columns_are_marked_and_said_to_join_the_mean():
+    forced = external_entry("Forced", {(RF, 1): (0.5, 0.7), (RP, 1): (0.1, 0.4)})
+    for part in ("results", "settings", "scores"):
+        forced[1][part][1]["variant"] = "block_past=True"
+    (group,) = board_data([forced])
+    assert group["levels"] == [f"{RF}@difficulty=1", f"{RP} [block_past=True]@difficulty=1"]
+    assert group["rows"][0]["score"] == pytest.approx(0.3)
+    assert "memory-forcing variant" in group["about"] and "standard ones alike" in group["about"]
+    (plain,) = board_data([external_entry("Plain", {(RF, 1): (0.5, 0.7)})])
+    assert "memory-forcing" not in plain["about"]
+
+
 def test_profiles_of_external_entries_get_a_table_each():
     accepted = [external_entry("A", {(RF, 1): (0.5, 0.7)}), external_entry("B", {(RF, 1): (0.4, 0.7)}, profile="x")]
     groups = board_data(accepted)

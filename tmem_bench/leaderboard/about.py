@@ -94,7 +94,11 @@ def external_paragraph(group: dict) -> str:
             "evaluation ones. A column is an environment at a difficulty, read from the models trained there; "
             "it shows POPGym's normalised return (1 is the oracle's, -1 always wrong), the mean over seeds "
             "with its 95% interval. Ranked by the mean normalised return over a model's columns, equal at two "
-            "decimals sharing a rank; the mean oracle-action accuracy over the same columns is beside it.")
+            "decimals sharing a rank; the mean oracle-action accuracy over the same columns is beside it."
+            + (" A column marked [block_past=True] is the memory-forcing variant: each step's attention sees its "
+               "own observation only, so earlier ones reach the answer through a memory alone (recurrent "
+               "backbones are unchanged); the ranking's mean takes its columns and the standard ones alike."
+               if "block_past=True" in group["variants"].values() else ""))
 
 
 def external_link() -> dict:

@@ -163,7 +163,7 @@ def _external(groups: dict, path: Path, entry: dict, acted: list[dict]) -> None:
         return
     group = groups.setdefault((profile, "environments", "standard"), {
         "profile": profile, "task": "environments", "variant": "standard", "kind": "external",
-        "levels": [], "values": {}, "tasks": {}, "rows": []})
+        "levels": [], "values": {}, "tasks": {}, "variants": {}, "rows": []})
     cells = {}
     for r in acted:
         if r["level"] != r["train_level"]:
@@ -174,6 +174,7 @@ def _external(groups: dict, path: Path, entry: dict, acted: list[dict]) -> None:
             group["levels"].append(column)
         group["values"][column] = r["level_values"]
         group["tasks"][column] = r["task"]
+        group["variants"][column] = r["variant"]
         ret = r["normalised_return"]
         cells[column] = {"mean": ret["mean"], "low": ret["low"], "high": ret["high"], "accuracy": r["mean"],
                          "seeds": len(r["seeds"])}
