@@ -353,7 +353,7 @@ def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None, keep_
     stored = RunDir(run_dir) if run_dir is not None else None
 
     def _finished(cell: Cell) -> bool:
-        return stored is not None and stored.finished(cell.id, keep_weightless)
+        return stored is not None and stored.stored_problem(cell.id, keep_weightless)[0] is None
 
     groups: list[tuple[str, list[Cell], dict]] = [("cells", [c for c in cells if c.id not in trial_ids], {})]
     groups.append(("trials", [c for s in searches for c in s.trials], {}))

@@ -296,41 +296,32 @@ class RunDir:
             return None
 
     def stored_problem(self, cell_id: str, keep_weightless: bool = False) -> tuple[str | None, bool]:
-        """Why a stored cell is trained again (None when it is finished), and whether it lacks only its
-        weights file: no readable result, or weights missing or not its own, unless `keep_weightless`
-        lets a missing file pass (a clone of a run committed without them). A run and its dry run
-        count finished cells by this one rule."""
+        """Why a cell is trained (again), None when finished, and whether only its weights file is missing,
+        which `keep_weightless` lets pass (a run committed without them); a run and its dry run share it."""
         try:
-            result = self.read_cell(cell_id)
-        except ValueError as e:  # left half-done by a killed run, or edited: never trusted
+            result = self.read_cell(cell_id)  # missing, left half-done by a killed run, or edited: never trusted
+        except ValueError as e:
             return str(e), False
         absent = not self.weights_path(cell_id).exists()
         return (None if keep_weightless and absent else self.weights_problem(cell_id, result)), absent
-
-    def finished(self, cell_id: str, keep_weightless: bool = False) -> bool:
-        return self.cell_path(cell_id).exists() and self.stored_problem(cell_id, keep_weightless)[0] is None
 
     def unfinished(self, cells: list, say=print, keep_weightless: bool = False) -> list:
         """The cells `stored_problem` does not count finished; a failure record of a finished cell is removed."""
         todo, weightless = [], 0
         for cell in cells:
-            if not self.cell_path(cell.id).exists():
-                todo.append(cell)
-                continue
             problem, absent = self.stored_problem(cell.id, keep_weightless)
             weightless += absent
-            if problem:
+            if not problem:
+                self.clear_failure(cell.id)  # finished after its failure was recorded
+                continue
+            todo.append(cell)
+            if self.cell_path(cell.id).exists():
                 say(f"{cell.describe()}: {problem}; training it again")
-                todo.append(cell)
         if weightless:
             say(f"kept {weightless} finished cell(s) without weights (--keep-weightless)" if keep_weightless else
                 f"{weightless} of these lack only their weights file: --keep-weightless keeps their results instead")
         if len(todo) < len(cells):
             say(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already finished in {self.path}")
-        waiting = {c.id for c in todo}
-        for cell in cells:
-            if cell.id not in waiting:
-                self.clear_failure(cell.id)  # finished after its failure was recorded
         return todo
 
     def load_cells(self, checks=()) -> tuple[list[dict], list[str]]:
