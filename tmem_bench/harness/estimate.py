@@ -342,7 +342,7 @@ class Row:
 
 def plan_rows(cells: list[Cell], searches=(), run_dir: Path | None = None, keep_weightless: bool = False) -> list[Row]:
     """The plan grouped for printing, with the cells already finished in `run_dir` counted as the run
-    counts them (RunDir.finished: a cell whose weights are missing is trained again unless `keep_weightless`).
+    counts them (RunDir.stored_problem: a cell whose weights are missing is trained again unless `keep_weightless`).
 
     `searches` are learning-rate selections (plan.LRSearch): their trials are among `cells` and
     become "trials" rows; their remaining seeds, trained once the lr is chosen, become "finals"
