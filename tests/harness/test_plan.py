@@ -179,6 +179,22 @@ def test_a_model_entry_may_carry_its_own_training_settings(tmp_path):
         make_plan("coordinate_binding", write_profile(tmp_path, text.replace("steps = 7", "stepz = 7")))
 
 
+
+def test_models_may_name_a_profile_table_by_label_which_keeps_its_options(tmp_path):
+    variants = 'variants = [{}, { variant = "memory_forcing", models = ["base", "linear"] }]'
+    text = selection_profile("1e-3", variants).replace(
+        'models = ["base", "linear"]', 'models = ["base", { name = "linear", label = "linear_wide", d_model = 32 }]', 1)
+    plan = plan_run("coordinate_binding", write_profile(tmp_path, text), Overrides(models=["linear_wide", "base"]))
+    by_variant = {}
+    for c in plan.cells:
+        by_variant.setdefault(c.variant, set()).add((c.label, c.model, c.model_options["d_model"]))
+    # The table is picked where its list has it, with its options; the second variant's list lacks it.
+    assert by_variant["standard"] == {("linear_wide", "linear", 32), ("base", "base", 16)}
+    assert by_variant[next(v for v in by_variant if v != "standard")] == {("base", "base", 16)}
+    named = plan_run("coordinate_binding", write_profile(tmp_path, text), Overrides(models=["linear"]))
+    assert {(c.label, c.model_options["d_model"]) for c in named.cells} == {("linear", 16)}
+
+
 SITES = {
     "train": lambda text, lr: text.replace("lr = [1e-3, 1e-2]", f"lr = {lr}"),
     "task-train": lambda text, lr: text + f"train = {{ lr = {lr} }}\n",

@@ -323,3 +323,15 @@ def test_show_and_load_entry_import_no_module_an_entry_names(board, evil, capsys
         entry = load_entry(board / "entries" / "t-base", allow_module_names=True)
         entry.task(next(iter(entry.cells)))
     assert marker.exists(), raised.value
+
+
+def test_a_label_the_run_names_is_checked_as_its_profile_table():
+    from tmem_bench.leaderboard.names import refused_names
+
+    entry = {"model": {"name": "base"}, "run": {"task": "no_harm", "overrides": {"models": ["wide", "nope"]}},
+             "profile": {"toml": '[tasks.no_harm]\nmodels = [{ name = "base", label = "wide", d_model = 32 }]\n'},
+             "settings": []}
+    assert [where for where, _ in refused_names(entry, {}, False)] == ["run.overrides.models[1]"]
+    entry["profile"]["toml"] = entry["profile"]["toml"].replace('"base", label', '"nope2", label')
+    assert [where for where, _ in refused_names(entry, {}, False)] == ["run.overrides.models[1]",
+                                                                       "profile: tasks.no_harm.models[0]"]

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="train and evaluate every cell of a task (or 'all') under a profile")
     run.add_argument("task", help="a task name (see `tmem-bench list`) or 'all'")
     run.add_argument("--profile", default="quick", help="profile name or path to a TOML file (default: quick)")
-    run.add_argument("--models", help="comma-separated model names or module:attribute, replacing the profile's")
+    run.add_argument("--models", help="comma-separated model names, module:attribute or labels of the profile's model tables (which keep their options), replacing the profile's lists")
     run.add_argument("--level", action="append", default=[], metavar="AXIS=V1,V2",
                      help="levels of a sweep axis (repeatable); a model is then trained at each of them")
     run.add_argument("--train-at", metavar="each|AXIS=V", help="train one model per level ('each') or at one level")

@@ -11,7 +11,7 @@ from .args import check_device, parse_levels, parse_seeds, parse_train_at
 
 def cmd_run(args) -> int:
     from ..harness.executors import from_args, usable
-    from ..harness.profiles import check_names
+    from ..harness.profiles import check_names, entry_labels, load_profile
 
     if args.models is not None and not all(m.strip() for m in args.models.split(",")):
         raise UsageError(f"--models {args.models!r} names an empty model; give comma-separated names")
@@ -22,7 +22,7 @@ def cmd_run(args) -> int:
     seeds = parse_seeds(args.seeds, args.seed_list)
     # Every argument is parsed and checked before anything is planned.
     executor = usable(from_args(args))
-    check_names(args.task, models)
+    check_names(args.task, models, entry_labels(load_profile(args.profile)))
     from rich.console import Console
 
     from ..harness.plan import Overrides, plan_run

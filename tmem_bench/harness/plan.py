@@ -17,7 +17,7 @@ from ..errors import UsageError, check_int
 from ..levels import describe_cell
 from ..registry import TASKS, get_task, task_names
 from .plan_checks import check_model
-from .profiles import load_profile, needs_extra, profile_names
+from .profiles import entry_labels, load_profile, needs_extra, profile_names
 
 TRAIN_KEYS = ("steps", "batch_size", "lr", "weight_decay", "grad_clip", "log_every", "eval_size")
 # Settings beside those every cell records: seeds, early stopping and training over a mix of levels
@@ -117,6 +117,16 @@ class Overrides:
     tf32: bool | None = None
 
 
+def _listed_models(listed: list, names: list[str] | None, labels: set[str]) -> list:
+    """A model list as the profile writes it, or as `--models` replaces it: a name that labels a
+    model table of the profile picks that table from the lists that have it (and nothing from
+    those that do not), so a variant keeps its options; any other name is a model, run in every list."""
+    if names is None:
+        return listed
+    tables = {entry["label"]: entry for entry in listed if isinstance(entry, dict) and "label" in entry}
+    return [tables[name] if name in labels else name for name in names if name not in labels or name in tables]
+
+
 def _model_entries(entries: list) -> list[tuple[str, str, dict, dict]]:
     """Profile model entries ("name" or {name, label, train, **options}) -> (name, label, options,
     training settings of this model, e.g. the lr a selection chose for it)."""
@@ -176,7 +186,7 @@ def plan_task(task_name: str, profile: dict, overrides: Overrides) -> list[Cell]
 def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> Plan:
     """Cells of one task. A profile section may list `variants`: tables of task
     options that may also override the section's `levels`, `train_at`, `train`,
-    `models` and `at` (`--models` overrides every variant's list). `at` is a list of
+    `models` and `at` (`--models` replaces every variant's list, see _listed_models). `at` is a list of
     tables, each naming values of some axes and training settings (steps, seeds, ...)
     for the training levels that have those values. A list of learning rates (`lr`)
     is a grid searched on validation data per model and training level."""
@@ -186,8 +196,9 @@ def plan_task_searches(task_name: str, profile: dict, overrides: Overrides) -> P
     for key in MODEL_SIZE_KEYS:
         size[key] = check_int(key, size.get(key))
     variants = section.get("variants", [{}])
-    model_lists = [_model_entries(overrides.models if overrides.models is not None
-                                  else variant.get("models", section["models"])) for variant in variants]
+    labels = entry_labels(profile)
+    model_lists = [_model_entries(_listed_models(variant.get("models", section["models"]), overrides.models, labels))
+                   for variant in variants]
     for name, _, options in {(n, label, json.dumps(o, sort_keys=True)): (n, label, o)
                              for models in model_lists for n, label, o, _ in models}.values():
         check_model(name, {**size, **options})

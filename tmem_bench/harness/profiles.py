@@ -51,13 +51,33 @@ def load_profile(name: str) -> dict:
     return profile
 
 
-def check_names(task: str, models: list[str] | None) -> None:
+def entry_labels(profile: dict) -> set[str]:
+    """The labels of the profile's model tables ({name, label, ...}), which `--models` may name to
+    pick those tables (plan.py); read from unchecked profiles too (a leaderboard entry's)."""
+    def listed(table) -> list:
+        models = table.get("models") if isinstance(table, dict) else None
+        return models if isinstance(models, list) else []
+
+    tasks = profile.get("tasks")
+    sections = list(tasks.values()) if isinstance(tasks, dict) else []
+    lists = [listed(section) for section in sections]
+    lists += [listed(variant) for section in sections if isinstance(section, dict)
+              and isinstance(section.get("variants"), list) for variant in section["variants"]]
+    return {entry["label"] for models in lists for entry in models
+            if isinstance(entry, dict) and isinstance(entry.get("label"), str)}
+
+
+def check_names(task: str, models: list[str] | None, labels: set[str] = frozenset()) -> None:
     """A task or model name that names nothing, refused before torch is imported (seconds, tens of
-    them on a busy machine); registered, installed and module:attribute names are loaded when planned."""
+    them on a busy machine); registered, installed and module:attribute names are loaded when planned,
+    and `labels` (the profile's entry_labels) are names too."""
     if task != "all" and task not in TASKS and ":" not in task:
         if TASKS.extra_of(task) is not None:
             TASKS.get(task)  # says which extra to install
         raise UsageError(f"unknown task {task!r}; known: {', '.join(TASKS.names())}, all (or module:attribute)")
     for name in models or ():
-        if name not in BACKBONES and ":" not in name:
+        if name not in BACKBONES and name not in labels and ":" not in name:
+            if labels:
+                raise UsageError(f"unknown model {name!r}; known: {', '.join(BACKBONES.names())}, and the profile's "
+                                 f"labels {', '.join(sorted(labels))} (or module:attribute)")
             BACKBONES.get(name)  # raises the refusal, with the known names

@@ -11,6 +11,7 @@ import tomllib
 
 from ..errors import UsageError
 from ..harness.plan import VARIANT_KEYS
+from ..harness.profiles import entry_labels
 from ..registry import BACKBONES, TASKS
 
 MODEL_TABLE_KEYS = ("name", "label", "train")  # a profile's model table: these, then the factory's options
@@ -23,9 +24,16 @@ def name_sites(entry: dict, results: dict[str, dict]) -> list[tuple[str, str, ob
     sites = [("model.name", "model", entry["model"]["name"], None)]
     if run["task"] != "all":
         sites.append(("run.task", "task", run["task"], None))
+    try:
+        profile = tomllib.loads(entry["profile"]["toml"])
+    except tomllib.TOMLDecodeError:
+        profile = {}  # planning refuses it, naming the error
+    # A label of one of the profile's model tables names that table, whose model is named below.
+    labels = entry_labels(profile)
     models = run["overrides"].get("models")
-    sites += [(f"run.overrides.models[{i}]", "model", name, None) for i, name in enumerate(models or [])]
-    sites += _profile_sites(entry["profile"]["toml"])
+    sites += [(f"run.overrides.models[{i}]", "model", name, None) for i, name in enumerate(models or [])
+              if name not in labels]
+    sites += _profile_sites(profile)
     for cell_id, result in sorted(results.items()):
         cell = result["cell"]
         sites.append((f"cells/{cell_id}.json: task", "task", cell["task"], cell["task_options"]))
@@ -34,13 +42,10 @@ def name_sites(entry: dict, results: dict[str, dict]) -> list[tuple[str, str, ob
     return sites
 
 
-def _profile_sites(text: str) -> list[tuple[str, str, object, dict | None]]:
-    """The names in a profile's text: its task sections, their variants' task options, and the
-    models of every model list with their options (the section's `model` size, then the table's)."""
-    try:
-        tasks = tomllib.loads(text).get("tasks")
-    except tomllib.TOMLDecodeError:
-        return []  # planning refuses it, naming the error
+def _profile_sites(profile: dict) -> list[tuple[str, str, object, dict | None]]:
+    """The names in a profile: its task sections, their variants' task options, and the models of
+    every model list with their options (the section's `model` size, then the table's)."""
+    tasks = profile.get("tasks")
     out = []
     for task, section in (tasks if isinstance(tasks, dict) else {}).items():
         where = f"profile: tasks.{task}"
