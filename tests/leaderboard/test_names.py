@@ -335,3 +335,5 @@ def test_a_label_the_run_names_is_checked_as_its_profile_table():
     entry["profile"]["toml"] = entry["profile"]["toml"].replace('"base", label', '"nope2", label')
     assert [where for where, _ in refused_names(entry, {}, False)] == ["run.overrides.models[1]",
                                                                        "profile: tasks.no_harm.models[0]"]
+    entry["run"]["overrides"]["models"] = ["wide", {"label": "wide"}]
+    assert refused_names(entry, {}, False)[0] == ("run.overrides.models[1]", "{'label': 'wide'} is not a model name")

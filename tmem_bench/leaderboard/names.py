@@ -32,7 +32,7 @@ def name_sites(entry: dict, results: dict[str, dict]) -> list[tuple[str, str, ob
     labels = entry_labels(profile)
     models = run["overrides"].get("models")
     sites += [(f"run.overrides.models[{i}]", "model", name, None) for i, name in enumerate(models or [])
-              if name not in labels]
+              if not (isinstance(name, str) and name in labels)]  # an entry's name may be any JSON value
     sites += _profile_sites(profile)
     for cell_id, result in sorted(results.items()):
         cell = result["cell"]
