@@ -255,6 +255,7 @@ variant = "block_queries=True"
 level = "n_writes=10,noise=0.05"
 [external]
 score = "repeat_first @ difficulty=1 return"
+profile = "ext_profile"
 """
 
 
@@ -267,10 +268,11 @@ def stated(tmp_path, when="2026-01-02", **changes):
     return read_hypothesis(path)
 
 
-def ordered_external(study, first_started):
+def ordered_external(study, first_started, profile="ext_profile"):
     coordinate = toy_scores(study)[0]
     order = sorted(coordinate.values, key=lambda m: np.mean(coordinate.values[m]))
-    manifest = {"started": "2026-03-01T00:00:00+00:00"} | ({"first_started": first_started} if first_started else {})
+    manifest = {"started": "2026-03-01T00:00:00+00:00", "settings": {"profile": profile}}
+    manifest |= {"first_started": first_started} if first_started else {}
     return external_run({m: [i / 10, i / 10 + 0.01] for i, m in enumerate(order)}, manifest)
 
 
@@ -301,6 +303,18 @@ def test_the_stated_pair_is_confirmatory_first_only_when_stated_before_the_runs_
     assert v.reasons == []
 
 
+def test_the_stated_pair_is_confirmatory_only_in_a_run_of_the_profile_it_names(tmp_path):
+    """A later run under another profile (a longer cap, say) would be a second look at the pair."""
+    study = load_run(ROOT / "docs/runs/study_converge")
+    for profile in ["ext_profile_long", None]:
+        v = validity_table([study], ordered_external(study, "2026-01-04T00:00:00+00:00", profile),
+                           stated(tmp_path), n_boot=50)
+        assert set(v.table["role"]) == {"exploratory"} and len(v.reasons) == 1
+        assert v.reasons[0] == (f"it is tested on the run of profile 'ext_profile', and run ext was made under "
+                                f"{profile!r}")
+        assert summary(v)[0].startswith("no confirmatory pair")
+
+
 def test_a_pair_the_runs_lack_or_no_hypothesis_makes_every_pair_exploratory_and_says_why(tmp_path):
     study = load_run(ROOT / "docs/runs/study_converge")
     external = ordered_external(study, "2026-01-04T00:00:00+00:00")
@@ -312,6 +326,7 @@ def test_a_pair_the_runs_lack_or_no_hypothesis_makes_every_pair_exploratory_and_
 
 @pytest.mark.parametrize("text, said", [
     ("stated = 2026-01-02", "lacks 'toy'"),
+    (HYPOTHESIS_TOML.format(stated="2026-01-02").replace('profile = "ext_profile"', ""), "lacks 'profile'"),
     (HYPOTHESIS_TOML.format(stated="2026-01-02T09:00:00"), "no offset"),
     (HYPOTHESIS_TOML.format(stated='"yesterday"'), "'stated' must be a TOML date"),
     (HYPOTHESIS_TOML.format(stated="2026-01-02").replace("positive", "up"), "'direction' one of"),
@@ -330,6 +345,9 @@ def test_the_committed_hypothesis_is_read_and_names_a_pair_the_committed_runs_do
     assert (h.stated_text, h.revision, h.statistic, h.direction, h.alpha) == ("2026-12-04", "69b8ba8", "tau", "positive", 0.05)
     assert h.toy == ("coordinate_binding", "standard", "n_writes=50,noise=0.05")
     assert h.external == "mean return over kept levels"
+    # the run it names is the committed one it was tested on
+    manifest = json.loads((ROOT / "docs/runs/validity_external/manifest.json").read_text())
+    assert h.profile == manifest["settings"]["profile"] == "validity_external"
     assert "69b8ba8" in (ROOT / "docs/external-validity.md").read_text()  # the prose states the same revision
 
 

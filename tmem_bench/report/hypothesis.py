@@ -23,6 +23,7 @@ class Hypothesis:
     revision: str
     toy: tuple[str, str, str]  # task, variant, train_level
     external: str
+    profile: str  # the profile of the one external run the pair is tested on
     direction: str
     statistic: str  # "tau" or "rho"
     alpha: float
@@ -55,12 +56,12 @@ def read_hypothesis(path: Path) -> Hypothesis | None:
             raise ValueError(f"'alpha' must be a number between 0 and 1, got {alpha!r}")
         return Hypothesis(path, latest, str(stated), str(doc["revision"]),
                           (str(toy["task"]), str(toy["variant"]), str(toy["level"])), str(external["score"]),
-                          doc["direction"], STATISTICS[doc["statistic"]], float(alpha))
+                          str(external["profile"]), doc["direction"], STATISTICS[doc["statistic"]], float(alpha))
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"hypothesis {path} is not TOML ({e})") from None
     except KeyError as e:
         raise UsageError(f"hypothesis {path} lacks {e.args[0]!r}: it must state stated, revision, statistic, "
-                         "direction, alpha, toy.task, toy.variant, toy.level and external.score") from None
+                         "direction, alpha, toy.task, toy.variant, toy.level, external.score and external.profile") from None
     except (ValueError, TypeError) as e:
         raise UsageError(f"hypothesis {path}: {e}") from None
 
@@ -92,6 +93,11 @@ def exploratory_reasons(hypothesis: Hypothesis | None, external: RunData, found:
     elif not hypothesis.stated < first:
         reasons.append(f"it was stated ({hypothesis.stated_text}) after run {external.run_dir}'s first cell "
                        f"(started {first.isoformat()})")
+    # One test of the pair: a later run under another profile (a longer cap, other levels) looks again.
+    profile = ((external.manifest or {}).get("settings") or {}).get("profile")
+    if profile != hypothesis.profile:
+        reasons.append(f"it is tested on the run of profile {hypothesis.profile!r}, and run {external.run_dir} "
+                       f"was made under {profile!r}")
     return reasons
 
 
