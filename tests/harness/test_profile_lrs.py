@@ -1,4 +1,5 @@
-"""Profiles that train each model at the lr another run chose for it on validation data: every model
+"""Profiles that train each model at the lr another run chose for it on validation data (per family, or
+per family, variant and training level): every model
 the profile trains at one lr is trained at the lr that run's selection.json chose for it on the same
 family, and every model the profile names and that run chose for is trained at it (a model the
 profile searches a grid for instead chooses its own)."""
@@ -9,6 +10,7 @@ import json
 import pytest
 
 from tests.helpers import ROOT
+from tmem_bench.contracts.task import level_key
 from tmem_bench.harness.plan import plan_run
 from tmem_bench.harness.profiles import load_profile
 
@@ -30,3 +32,19 @@ def test_each_model_trains_at_the_lr_its_source_run_chose(profile, source):
             fixed.setdefault((task, c.label), set()).add(c.train["lr"])
         assert fixed == {k: {lr} for k, lr in chosen.items() if k[0] == task and k in fixed}, task
         assert {label for t, label in chosen if t == task} <= {label for _, label in fixed} | searched, task
+
+
+# profile -> the committed run whose selection it takes, chosen per training level
+SOURCES_BY_LEVEL = {"validity_external_long": "validity_external"}
+
+
+@pytest.mark.parametrize("profile,source", sorted(SOURCES_BY_LEVEL.items()))
+def test_each_model_trains_at_the_lr_its_source_run_chose_at_each_level(profile, source):
+    searches = json.loads((ROOT / "docs" / "runs" / source / "selection.json").read_text())["searches"]
+    chosen = {(s["task"], s["variant"], s["train_level"], s["label"]): s["chosen_lr"] for s in searches}
+    for task in load_profile(profile)["tasks"]:
+        trained = {}
+        for c in plan_run(task, profile).cells:
+            trained.setdefault((task, c.variant, level_key(c.train_level), c.label), set()).add(c.train["lr"])
+        assert trained and all(key in chosen for key in trained), task
+        assert trained == {key: {chosen[key]} for key in trained}, task
