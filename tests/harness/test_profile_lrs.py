@@ -1,8 +1,7 @@
-"""Profiles that train each model at the lr another run chose for it on validation data (per family, or
-per family, variant and training level): every model
-the profile trains at one lr is trained at the lr that run's selection.json chose for it on the same
-family, and every model the profile names and that run chose for is trained at it (a model the
-profile searches a grid for instead chooses its own)."""
+"""Profiles that train each model at the lr another run chose for it on validation data, per family
+(or per family, variant and training level): every model the profile trains at one lr is trained at
+the lr that run's selection.json chose for it there, and every model the profile names and that run
+chose for is trained at it (a model the profile searches a grid for instead chooses its own)."""
 from __future__ import annotations
 
 import json
