@@ -47,3 +47,5 @@ def test_each_model_trains_at_the_lr_its_source_run_chose_at_each_level(profile,
             trained.setdefault((task, c.variant, level_key(c.train_level), c.label), set()).add(c.train["lr"])
         assert trained and all(key in chosen for key in trained), task
         assert trained == {key: {chosen[key]} for key in trained}, task
+        variants = {variant for _, variant, _, _ in trained}
+        assert {key for key in chosen if key[0] == task and key[1] in variants} <= set(trained), task
